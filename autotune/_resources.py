@@ -1,0 +1,45 @@
+"""Where the data folders (search spaces, benchmarks, migrations) are found.
+
+In an installed wheel they live inside the package at `autotune/_data/<name>`
+(pyproject's hatch `force-include` copies them there); in a source checkout
+they live at the top of the repository. The packaged location is tried first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA_DIRS = ("search_spaces", "benchmarks", "alembic")
+
+_PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
+_CHECKOUT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_dir(name: str) -> Path:
+    """Return the folder holding one kind of bundled data.
+
+    Args:
+        name: one of `search_spaces`, `benchmarks` or `alembic`.
+
+    Returns:
+        The packaged folder `autotune/_data/<name>` when it exists, else the
+        folder `<name>` at the root of the source checkout.
+
+    Raises:
+        ValueError: `name` is not one of the known data folders.
+        FileNotFoundError: neither location holds the folder.
+    """
+    if name not in DATA_DIRS:
+        raise ValueError(f"unknown data folder {name!r}; expected one of {', '.join(DATA_DIRS)}")
+    packaged = _PACKAGE_DATA / name
+    if packaged.is_dir():
+        return packaged
+    checkout = _CHECKOUT_ROOT / name
+    # The marker keeps an installed package from picking up an unrelated
+    # top-level folder of site-packages (the `alembic` library itself).
+    if checkout.is_dir() and (_CHECKOUT_ROOT / "pyproject.toml").is_file():
+        return checkout
+    raise FileNotFoundError(
+        f"autotune's {name!r} folder is missing: looked in {packaged} (installed package) "
+        f"and {checkout} (source checkout). Reinstall autotune, or run it from a checkout."
+    )

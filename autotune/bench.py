@@ -1,0 +1,366 @@
+"""Measurement helper for workloads; runs inside the trial child process.
+
+Contract for a workload file (the benchmarks in `benchmarks/` and a user's
+`--script FILE` follow it):
+
+    from autotune.bench import Workload
+
+    def workload(preset: str) -> Workload:
+        ...  # build arrays on jax.devices(), return the step and its arguments
+
+`Workload.step` is a function of `*args` (a `jax.jit`-wrapped one keeps its
+shardings); autotune jits it if it is not. The file never imports optuna,
+sqlalchemy or the autotune CLI.
+
+This module imports only the standard library at import time; jax and numpy are
+imported inside the functions that run in the child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESETS = ("tiny", "small", "large")
+
+
+@dataclass
+class Workload:
+    """One step function and the concrete arguments to call it with.
+
+    Attributes:
+        step: the step; called as `step(*args)`. May already be `jax.jit`-ed.
+        args: concrete (possibly sharded) arrays or pytrees of them.
+        name: a short label for logs.
+        meta: free-form facts about the workload (sizes, parameter count).
+    """
+
+    step: Callable[..., Any]
+    args: tuple[Any, ...]
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+RESULT_ENV = "AUTOTUNE_RESULT"
+MEASURE_ENV = "AUTOTUNE_MEASURE"
+RESULT_SCHEMA_VERSION = 1
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How the child measures; passed by the parent as JSON in `AUTOTUNE_MEASURE`.
+
+    `compiler_options` None means DIRECT mode (the configuration is already in
+    XLA_FLAGS); a dict means PAIRED mode (baseline and candidate compiled here).
+    """
+
+    steps: int = 20
+    warmup: int = 3
+    compiler_options: dict[str, Any] | None = None
+    dump_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str]) -> MeasureSettings:
+        import json
+
+        raw = environ.get(MEASURE_ENV)
+        return cls(**json.loads(raw)) if raw else cls()
+
+
+class _Failure(Exception):
+    """A classified failure of the workload (a result, not a fault of the tool)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def load_workload_module(path: str) -> Any:
+    """Import a workload file by path and return the module."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    file = Path(path).resolve()
+    spec = importlib.util.spec_from_file_location(f"autotune_workload_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise _Failure("compile_error", f"cannot import workload file {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_workload(path: str, preset: str) -> Workload:
+    """Call the file's `workload(preset)` and check the contract."""
+    module = load_workload_module(path)
+    factory = getattr(module, "workload", None)
+    if not callable(factory):
+        raise _Failure("compile_error", f"{path} defines no function `workload(preset)`")
+    result = factory(preset)
+    if not isinstance(result, Workload):
+        raise _Failure("compile_error", f"{path}: workload() must return autotune.bench.Workload")
+    return result
+
+
+def _classify_exception(exc: BaseException) -> _Failure:
+    """Map an exception raised by JAX/XLA while compiling or running to a failure kind."""
+    text = f"{type(exc).__name__}: {exc}"
+    if "No such compile option" in text:
+        return _Failure("unknown_flag", text)
+    if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or isinstance(exc, MemoryError):
+        return _Failure("oom", text)
+    if "INVALID_ARGUMENT" in text and "option" in text.lower():
+        return _Failure("invalid_value", text)
+    return _Failure("compile_error", text)
+
+
+def _compile(lowered: Any, options: dict[str, Any], dump_dir: str | None) -> tuple[Any, float]:
+    """Compile `lowered` with per-compilation options; return (executable, seconds)."""
+    import time
+
+    opts = dict(options)
+    if dump_dir:
+        opts["xla_dump_to"] = dump_dir
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
+    except Exception as exc:  # XLA raises several types; all are results here
+        raise _classify_exception(exc) from exc
+    return compiled, time.perf_counter() - start
+
+
+def _run_once(compiled: Any, args: tuple[Any, ...]) -> tuple[float, Any]:
+    """One step ending in block_until_ready; returns (seconds, outputs)."""
+    import time
+
+    import jax
+
+    start = time.perf_counter()
+    try:
+        out = jax.block_until_ready(compiled(*args))
+    except Exception as exc:
+        raise _classify_exception(exc) from exc
+    return time.perf_counter() - start, out
+
+
+def checksum(outputs: Any) -> float:
+    """Sum of every output element in float64; raises _Failure on NaN or Inf."""
+    import jax
+    import numpy as np
+
+    total = 0.0
+    for leaf in jax.tree_util.tree_leaves(outputs):
+        arr = np.asarray(jax.device_get(leaf), dtype=np.float64)
+        if not np.all(np.isfinite(arr)):
+            raise _Failure("nonfinite", "the step produced NaN or Inf values")
+        total += float(arr.sum())
+    return total
+
+
+def hlo_stats(compiled: Any) -> dict[str, int]:
+    """Count collectives (sync and async starts) and fusions in the optimised HLO."""
+    import re
+
+    text = compiled.as_text() or ""
+    stats = {}
+    for op in _COLLECTIVES:
+        stats[op] = len(re.findall(rf"\s{op}(?:-start)?\(", text))
+    stats["fusion"] = len(re.findall(r"\sfusion\(", text))
+    stats["instructions"] = sum(1 for line in text.splitlines() if " = " in line)
+    return stats
+
+
+def program_fingerprint(dump_dir: str | None) -> str | None:
+    """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
+
+    Module numbers in file names differ between compilations of one program, so
+    files are keyed by name with the `module_NNNN.` prefix removed.
+    """
+    import hashlib
+    import re
+    from pathlib import Path
+
+    if not dump_dir or not Path(dump_dir).is_dir():
+        return None
+    wanted = re.compile(r"(after_optimizations\.txt|\.o|\.ptx|\.cubin)$")
+    digest = hashlib.sha256()
+    files = [p for p in Path(dump_dir).iterdir() if wanted.search(p.name)]
+    for path in sorted(files, key=lambda p: re.sub(r"^module_\d+\.", "", p.name)):
+        digest.update(re.sub(r"^module_\d+\.", "", path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16] if files else None
+
+
+def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
+    """Peak memory of the step and where the figure comes from.
+
+    The headline figure is the device allocator's peak (`memory_stats`) where
+    the backend has one and the process ran only this executable (DIRECT
+    mode); otherwise the compiled program's own footprint from
+    `memory_analysis` (arguments + outputs + temporaries - aliased + code).
+    The process's peak RSS is recorded beside it.
+    """
+    import resource
+
+    import jax
+
+    analysis = compiled.memory_analysis()
+    program = None
+    if analysis is not None:
+        program = int(
+            analysis.argument_size_in_bytes
+            + analysis.output_size_in_bytes
+            + analysis.temp_size_in_bytes
+            - analysis.alias_size_in_bytes
+            + analysis.generated_code_size_in_bytes
+        )
+    stats = jax.devices()[0].memory_stats() or {}
+    device_peak = stats.get("peak_bytes_in_use")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak: int | None = program
+    source = "memory_analysis"
+    if direct and device_peak is not None:
+        peak, source = int(device_peak), "memory_stats"
+    return {
+        "peak_memory_bytes": peak,
+        "memory_source": source,
+        "device_peak_bytes": device_peak,
+        "rss_peak_bytes": rss,
+    }
+
+
+def _time_direct(compiled: Any, args: tuple[Any, ...], s: MeasureSettings) -> dict[str, Any]:
+    """Warm up, then time `s.steps` steps of one executable."""
+    first, out = _run_once(compiled, args)
+    for _ in range(max(s.warmup - 1, 0)):
+        _run_once(compiled, args)
+    times = [_run_once(compiled, args)[0] for _ in range(s.steps)]
+    return {"first_step_time_s": first, "step_times_s": times, "checksum": checksum(out)}
+
+
+def _time_paired(
+    base: Any, cand: Any, args: tuple[Any, ...], s: MeasureSettings
+) -> dict[str, Any]:
+    """Warm up both, then alternate their steps in A B B A order to cancel drift."""
+    first, out = _run_once(cand, args)
+    _, base_out = _run_once(base, args)
+    for _ in range(max(s.warmup - 1, 0)):
+        _run_once(base, args)
+        _run_once(cand, args)
+    base_times: list[float] = []
+    cand_times: list[float] = []
+    for i in range(s.steps):
+        order = ((base, base_times), (cand, cand_times))
+        for exe, sink in order if i % 2 == 0 else reversed(order):
+            sink.append(_run_once(exe, args)[0])
+    return {
+        "first_step_time_s": first,
+        "step_times_s": cand_times,
+        "baseline_step_times_s": base_times,
+        "checksum": checksum(out),
+        "baseline_checksum": checksum(base_out),
+    }
+
+
+def _versions() -> dict[str, Any]:
+    import jax
+    import jaxlib
+
+    devices = jax.devices()
+    return {
+        "jax_version": jax.__version__,
+        "jaxlib_version": getattr(jaxlib, "__version__", ""),
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+    }
+
+
+def _subdir(root: str | None, name: str) -> str | None:
+    import os
+
+    return os.path.join(root, name) if root else None
+
+
+def measure(work: Workload, s: MeasureSettings) -> dict[str, Any]:
+    """Compile and time a workload; the dict is the result file's body.
+
+    Raises _Failure for a configuration that fails (compile error, OOM, NaN...).
+    """
+    import jax
+
+    step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
+    lowered = step.lower(*work.args)
+    paired = s.compiler_options is not None
+    result: dict[str, Any] = {"mode": "paired" if paired else "direct"}
+    cand, result["compile_time_s"] = _compile(
+        lowered, s.compiler_options or {}, _subdir(s.dump_dir, "candidate")
+    )
+    result["fingerprint"] = program_fingerprint(_subdir(s.dump_dir, "candidate"))
+    if paired:
+        base, result["baseline_compile_time_s"] = _compile(
+            lowered, {}, _subdir(s.dump_dir, "baseline")
+        )
+        result["baseline_fingerprint"] = program_fingerprint(_subdir(s.dump_dir, "baseline"))
+        result.update(_time_paired(base, cand, work.args, s))
+    else:
+        result.update(_time_direct(cand, work.args, s))
+    result["hlo_stats"] = hlo_stats(cand)
+    result.update(memory_figures(cand, direct=not paired))
+    return result
+
+
+def _write(path: str | None, body: dict[str, Any]) -> None:
+    import json
+    import sys
+
+    body = {"schema_version": RESULT_SCHEMA_VERSION, **body}
+    text = json.dumps(body, indent=1)
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def run_file(path: str, preset: str, environ: dict[str, str]) -> int:
+    """Measure the workload in `path`; write the result file; return the exit code.
+
+    A failing configuration still exits 0 with `status` set to its kind: the
+    parent reads the kind from the file. Faults outside the measured code
+    (a missing file, a bad contract) also end up in the file as compile_error.
+    """
+    settings = MeasureSettings.from_env(environ)
+    body: dict[str, Any] = {"status": "ok", "message": ""}
+    try:
+        body.update(_versions())
+        body.update(measure(build_workload(path, preset), settings))
+    except _Failure as failure:
+        body.update(status=failure.kind, message=str(failure)[-4000:])
+    except Exception as exc:  # the workload's own bug: a result, reported with its text
+        body.update(status="compile_error", message=f"{type(exc).__name__}: {exc}"[-4000:])
+    _write(environ.get(RESULT_ENV), body)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m autotune.bench FILE [--preset P]`: measure one workload file."""
+    import argparse
+    import os
+
+    parser = argparse.ArgumentParser(prog="python -m autotune.bench")
+    parser.add_argument("file", help="workload file defining workload(preset)")
+    parser.add_argument("--preset", default="small")
+    args = parser.parse_args(argv)
+    return run_file(args.file, args.preset, dict(os.environ))
+
+
+if __name__ == "__main__":
+    # Run through the imported module so that workload files, which import
+    # autotune.bench, see the same Workload class as the runner.
+    from autotune import bench as _bench
+
+    raise SystemExit(_bench.main())

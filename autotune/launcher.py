@@ -1,0 +1,231 @@
+"""Run one trial: a workload measured in a fresh child process.
+
+`Launcher` is the plug point (subprocess here; a replay launcher for tests and
+search benchmarks arrives with the search work). A launcher never raises for a
+bad configuration: it returns a `TrialOutcome` whose kind says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.measurement import ResultFileError, read_result
+from autotune.records import OutcomeKind, TrialOutcome
+
+TAIL_BYTES = 4000
+_UNKNOWN_FLAG = re.compile(r"Unknown flags? in (?:XLA_FLAGS|LIBTPU_INIT_ARGS): ?(.*)")
+_ILLEGAL_VALUE = re.compile(r"Illegal value for (--\S+) ('[^']*')")
+_UNINTERPRETABLE = re.compile(r"Couldn't interpret value (\S+) for flag (\S+?)\.?$", re.M)
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything needed to run one trial.
+
+    Attributes:
+        workload: path of a workload file (see `autotune.bench`).
+        preset: size preset passed to the workload.
+        env: variables to set in the child on top of the parent's environment
+            (XLA_FLAGS already merged with the user's own).
+        compiler_options: typed per-compilation options for PAIRED mode, or
+            None for DIRECT mode.
+        steps, warmup: timed steps and warm-up steps.
+        timeout_s: hard limit for the whole child, compilation included.
+    """
+
+    workload: Path
+    preset: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    compiler_options: Mapping[str, Any] | None = None
+    steps: int = 20
+    warmup: int = 3
+    timeout_s: float = 300.0
+
+
+class Launcher(ABC):
+    """Runs one trial and returns its outcome.
+
+    Contract: `launch` returns a TrialOutcome for every configuration, good or
+    bad (unknown flag, crash, timeout...); it raises only for faults of the tool
+    itself (e.g. no Python interpreter). Implementations are not required to be
+    thread-safe; use one launcher per worker thread.
+    """
+
+    @abstractmethod
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        """Measure `request` and return what happened."""
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    return data[-TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+def _head(path: Path, size: int = 64_000) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(size).decode("utf-8", errors="replace")
+
+
+def classify_stderr(stderr: str) -> tuple[OutcomeKind, str] | None:
+    """Recognise XLA's flag-parsing aborts in a child's stderr."""
+    if match := _UNKNOWN_FLAG.search(stderr):
+        return OutcomeKind.UNKNOWN_FLAG, f"XLA does not know: {match.group(1).strip()}"
+    if match := _ILLEGAL_VALUE.search(stderr):
+        return OutcomeKind.INVALID_VALUE, f"illegal value {match.group(2)} for {match.group(1)}"
+    if match := _UNINTERPRETABLE.search(stderr):
+        flag = match.group(2)
+        return OutcomeKind.INVALID_VALUE, f"illegal value '{match.group(1)}' for --{flag}"
+    return None
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True)
+class _Finished:
+    returncode: int | None
+    timed_out: bool
+    duration_s: float
+    stdout: str
+    stderr: str
+    stderr_head: str = ""
+
+
+def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float) -> _Finished:
+    """Run `argv` without a shell, in its own session, under a hard time limit.
+
+    On timeout the whole process group is killed with SIGKILL. stdout and stderr
+    go to files in `cwd` so a chatty child cannot block on a full pipe.
+    """
+    out_path, err_path = cwd / "stdout.txt", cwd / "stderr.txt"
+    start = time.monotonic()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            argv, env=dict(env), cwd=cwd, stdout=out, stderr=err,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:  # Ctrl-C in the parent: take the child down too
+            _kill_group(proc)
+            raise
+    return _Finished(
+        returncode=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - start,
+        stdout=_tail(out_path),
+        stderr=_tail(err_path),
+        stderr_head=_head(err_path),
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+class SubprocessLauncher(Launcher):
+    """Launches `python -m autotune.bench WORKLOAD` in a fresh process per trial.
+
+    Args:
+        python: the interpreter for the child (default: this one).
+        scratch_root: where per-trial scratch folders are made (default: system temp).
+        keep_scratch: keep the scratch folder (result file, logs, XLA dump).
+    """
+
+    def __init__(
+        self,
+        python: str | None = None,
+        scratch_root: Path | None = None,
+        keep_scratch: bool = False,
+    ) -> None:
+        self.python = python or sys.executable
+        self.scratch_root = scratch_root
+        self.keep_scratch = keep_scratch
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        scratch = Path(tempfile.mkdtemp(prefix="autotune-trial-", dir=self.scratch_root))
+        try:
+            finished = run_bounded(
+                [self.python, "-m", "autotune.bench", str(request.workload),
+                 "--preset", request.preset],
+                self._child_env(request, scratch), scratch, request.timeout_s,
+            )
+            return self._outcome(request, finished, scratch / "result.json")
+        finally:
+            if not self.keep_scratch:
+                _remove_tree(scratch)
+
+    def _child_env(self, request: TrialRequest, scratch: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(request.env)
+        env["AUTOTUNE_RESULT"] = str(scratch / "result.json")
+        env["AUTOTUNE_MEASURE"] = json.dumps({
+            "steps": request.steps,
+            "warmup": request.warmup,
+            "compiler_options": None if request.compiler_options is None
+            else dict(request.compiler_options),
+            "dump_dir": str(scratch / "dump"),
+        })
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def _outcome(self, request: TrialRequest, run: _Finished, result: Path) -> TrialOutcome:
+        rc = run.returncode
+        base = TrialOutcome(
+            OutcomeKind.CRASHED, "", duration_s=run.duration_s,
+            exit_code=rc if rc is not None and rc >= 0 else None,
+            signal=-rc if rc is not None and rc < 0 else None,
+            stdout_tail=run.stdout, stderr_tail=run.stderr,
+        )
+        if run.timed_out:
+            msg = f"no result within {request.timeout_s:g} s; the process group was killed"
+            return replace(base, kind=OutcomeKind.TIMEOUT, message=msg)
+        if flagged := classify_stderr(run.stderr_head + run.stderr):
+            return replace(base, kind=flagged[0], message=flagged[1])
+        if base.signal is not None:
+            msg = f"the child was killed by {_signal_name(base.signal)}"
+            if base.signal == signal.SIGKILL:
+                msg += " (the kernel's out-of-memory killer sends this too)"
+            return replace(base, message=msg)
+        return _from_result_file(result, base)
+
+
+def _from_result_file(result: Path, base: TrialOutcome) -> TrialOutcome:
+    """The outcome the child wrote, or CRASHED when it wrote none (or garbage)."""
+    try:
+        kind, message, measurement = read_result(result)
+    except ResultFileError as exc:
+        last = (base.stderr_tail.strip().splitlines() or [""])[-1]
+        msg = f"the child exited with code {base.exit_code} and wrote no result ({last})"
+        return replace(base, message=str(exc) if result.exists() else msg)
+    return replace(base, kind=kind, message=message, measurement=measurement)
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

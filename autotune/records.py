@@ -1,0 +1,181 @@
+"""Plain, frozen records passed between the layers.
+
+Nothing here imports a heavy library. Storage hands these out instead of ORM
+rows; the launcher returns them; analysis consumes them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+FlagValue = bool | int | float | str
+
+
+class OutcomeKind(StrEnum):
+    """How a trial ended. Everything but OK is a failure taxonomy entry (DESIGN.md)."""
+
+    OK = "ok"
+    UNKNOWN_FLAG = "unknown_flag"
+    INVALID_VALUE = "invalid_value"
+    COMPILE_ERROR = "compile_error"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    NONFINITE = "nonfinite"
+    NUMERICS_MISMATCH = "numerics_mismatch"
+    PRUNED = "pruned"
+
+
+class Role(StrEnum):
+    """Why a configuration was measured."""
+
+    BASELINE = "baseline"
+    RECOMMENDED = "recommended"
+    SEARCH = "search"
+    CONFIRM = "confirm"
+
+
+class MeasureMode(StrEnum):
+    """How a trial was timed.
+
+    PAIRED: baseline and candidate compiled in the same child process (the
+    candidate through `compile(compiler_options=...)`), their steps alternated;
+    the ratio of the medians is the figure. DIRECT: the configuration reaches
+    the child through the environment only; the figure is compared with the
+    baseline measured in another process.
+    """
+
+    PAIRED = "paired"
+    DIRECT = "direct"
+
+
+def median(values: tuple[float, ...]) -> float | None:
+    """Median of `values`, or None when empty."""
+    return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one trial child measured (parsed from its JSON result file).
+
+    Times are in seconds. In PAIRED mode `baseline_step_times_s` holds the
+    steps of the baseline executable alternated with the candidate's in the same
+    process; in DIRECT mode it is empty.
+    """
+
+    step_times_s: tuple[float, ...]
+    compile_time_s: float
+    mode: MeasureMode = MeasureMode.DIRECT
+    baseline_step_times_s: tuple[float, ...] = ()
+    first_step_time_s: float | None = None
+    peak_memory_bytes: int | None = None
+    memory_source: str = "unknown"
+    rss_peak_bytes: int | None = None
+    checksum: float | None = None
+    baseline_checksum: float | None = None
+    hlo_stats: Mapping[str, int] = field(default_factory=dict)
+    fingerprint: str | None = None
+    baseline_fingerprint: str | None = None
+    jax_version: str = ""
+    jaxlib_version: str = ""
+    backend: str = ""
+    device_kind: str = ""
+    device_count: int = 0
+
+    @property
+    def median_s(self) -> float | None:
+        """Median step time of the candidate."""
+        return median(self.step_times_s)
+
+    @property
+    def baseline_median_s(self) -> float | None:
+        """Median step time of the in-process baseline (PAIRED mode only)."""
+        return median(self.baseline_step_times_s)
+
+    @property
+    def paired_ratio(self) -> float | None:
+        """Candidate median / in-process baseline median (below 1 is faster)."""
+        cand, base = self.median_s, self.baseline_median_s
+        if cand is None or base is None or base <= 0:
+            return None
+        return cand / base
+
+    @property
+    def same_program_as_baseline(self) -> bool | None:
+        """Whether the candidate compiled to the very program of the baseline."""
+        if self.fingerprint is None or self.baseline_fingerprint is None:
+            return None
+        return self.fingerprint == self.baseline_fingerprint
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """The result of launching one trial: a kind, a message and, if OK, a measurement.
+
+    `exit_code` is None when the child was killed by a signal (`signal` set) or
+    timed out. Stream tails are the last few KiB of stdout/stderr.
+    """
+
+    kind: OutcomeKind
+    message: str
+    measurement: Measurement | None = None
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is OutcomeKind.OK
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where measurements were taken."""
+
+    host: str
+    python_version: str
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    device_kind: str
+    device_count: int
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """The settings a study was created with (autotune's own table)."""
+
+    name: str
+    space: str
+    benchmark: str
+    preset: str
+    devices: int
+    mode: MeasureMode
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One stored measurement run, linked to an Optuna trial by (study, number)."""
+
+    id: int
+    study_name: str
+    trial_number: int | None
+    role: Role
+    flags: Mapping[str, FlagValue]
+    env: Mapping[str, str]
+    outcome: TrialOutcome
+    created_at: datetime
+    environment: Environment | None = None
+    ratio: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """Baseline time over this run's time (above 1 is faster)."""
+        return 1 / self.ratio if self.ratio else None

@@ -1,0 +1,214 @@
+"""A validated search space: how big it is, how to sample it, its recommended point."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.records import FlagValue
+from autotune.spaces.params import Param, same_value
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Optuna name of a group's on/off switch: `group:<name>`.
+GROUP_PREFIX = "group:"
+
+Values = dict[str, FlagValue | None]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Params switched on together, each to its value, or left unset together."""
+
+    name: str
+    params: tuple[str, ...]
+    values: Mapping[str, FlagValue]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one Optuna suggestion decides: a lone param, or a group's switch."""
+
+    key: str
+    members: tuple[str, ...]
+    when: Mapping[str, FlagValue]
+    group: Group | None = None
+
+    def is_active(self, values: Values) -> bool:
+        """Whether every param of the condition has its required value in `values`."""
+        return all(
+            values.get(name) is not None and same_value(values[name], wanted)
+            for name, wanted in self.when.items()
+        )
+
+
+def make_units(
+    params: Mapping[str, Param], groups: Mapping[str, Group],
+    conditions: Mapping[str, Mapping[str, FlagValue]],
+) -> list[Unit]:
+    """One unit per group and per param outside every group, in file order."""
+    grouped = {member: g for g in groups.values() for member in g.params}
+    units: list[Unit] = []
+    for name in params:
+        group = grouped.get(name)
+        if group is None:
+            units.append(Unit(name, (name,), conditions.get(name, {})))
+        elif name == group.params[0]:
+            units.append(Unit(GROUP_PREFIX + group.name, group.params,
+                              conditions.get(name, {}), group))
+    return units
+
+
+def order_units(units: Sequence[Unit]) -> tuple[list[Unit], list[Unit]]:
+    """Sort units so each comes after the units its condition reads.
+
+    Returns:
+        The sorted units, and the units left over because their conditions
+        form a cycle (empty when there is none).
+    """
+    owner = {member: unit.key for unit in units for member in unit.members}
+    deps = {u.key: {owner[name] for name in u.when if name in owner} for u in units}
+    done: set[str] = set()
+    ordered: list[Unit] = []
+    progress = True
+    while progress:
+        ready = [u for u in units if u.key not in done and deps[u.key] <= done]
+        ordered.extend(ready)
+        done.update(u.key for u in ready)
+        progress = bool(ready)
+    return ordered, [u for u in units if u.key not in done]
+
+
+@dataclass(frozen=True)
+class Space:
+    """A validated search space (build it with `load_space`).
+
+    Attributes:
+        name, description, backend: from the file.
+        params: param name -> Param, in file order.
+        groups: group name -> Group.
+        conditions: param name -> {other param: value} that must hold for it to be sampled.
+        fixed: flag -> value set in every configuration.
+        recommended: flag -> value, the documented hand-tuned configuration.
+        sources: (document, section) pairs the values come from.
+        path: the file it was read from, if any.
+    """
+
+    name: str
+    description: str
+    backend: str
+    params: Mapping[str, Param]
+    groups: Mapping[str, Group] = field(default_factory=dict)
+    conditions: Mapping[str, Mapping[str, FlagValue]] = field(default_factory=dict)
+    fixed: Mapping[str, FlagValue] = field(default_factory=dict)
+    recommended: Mapping[str, FlagValue] = field(default_factory=dict)
+    sources: tuple[tuple[str, str], ...] = ()
+    path: Path | None = None
+
+    @functools.cached_property
+    def units(self) -> list[Unit]:
+        """The suggestions a trial makes, in an order that respects the conditions."""
+        ordered, cyclic = order_units(make_units(self.params, self.groups, self.conditions))
+        if cyclic:
+            raise ValueError(f"conditions form a cycle among {[u.key for u in cyclic]}")
+        return ordered
+
+    def flags(self) -> set[str]:
+        """Every flag a configuration of this space may set (params and fixed)."""
+        return {p.flag for p in self.params.values()} | set(self.fixed)
+
+    def sample(self, trial: optuna.trial.BaseTrial) -> dict[str, FlagValue]:
+        """Draw one configuration: flag -> value, unset params left out, fixed merged in.
+
+        Args:
+            trial: an Optuna trial; lone params are suggested under their own
+                names, groups as the boolean `group:<name>`, and a conditional
+                param only when its condition holds.
+        """
+        values: Values = {}
+        for unit in self.units:
+            if not unit.is_active(values):
+                continue
+            if unit.group is None:
+                values[unit.key] = self.params[unit.key].suggest(trial)
+            else:
+                on = trial.suggest_categorical(unit.key, [False, True])
+                values.update(_group_values(unit.group, bool(on)))
+        return self._config(values)
+
+    def _config(self, values: Values) -> dict[str, FlagValue]:
+        config = {self.params[name].flag: v for name, v in values.items() if v is not None}
+        config.update(self.fixed)
+        return config
+
+    def recommended_config(self) -> dict[str, FlagValue] | None:
+        """The recommended configuration with the fixed flags, or None when there is none."""
+        return {**self.recommended, **self.fixed} if self.recommended else None
+
+    def recommended_params(self) -> dict[str, Any] | None:
+        """The Optuna params that make `sample` return `recommended_config()`.
+
+        Returns:
+            A dict for `study.enqueue_trial(params)`, or None when the space has
+            no recommended configuration.
+        """
+        if not self.recommended:
+            return None
+        values = self._recommended_values()
+        params: dict[str, Any] = {}
+        for unit in self.units:
+            if not unit.is_active(values):
+                continue
+            if unit.group is None:
+                params[unit.key] = self.params[unit.key].to_optuna(values[unit.key])
+            else:
+                params[unit.key] = values[unit.members[0]] is not None
+        return params
+
+    def _recommended_values(self) -> Values:
+        return {name: self.recommended.get(p.flag) for name, p in self.params.items()}
+
+    def size(self) -> int | None:
+        """The number of distinct configurations, or None when a float range is continuous."""
+        counts = {unit.key: _unit_count(unit, self.params) for unit in self.units}
+        if any(count is None for count in counts.values()):
+            return None
+        read = {name for unit in self.units for name in unit.when}
+        controllers = [u for u in self.units if read.intersection(u.members)]
+        others = [u for u in self.units if not read.intersection(u.members)]
+        return self._count(controllers, others, counts, {})
+
+    def _count(self, controllers: list[Unit], others: list[Unit],
+               counts: Mapping[str, int | None], values: Values) -> int:
+        if not controllers:
+            active = [counts[u.key] or 1 for u in others if u.is_active(values)]
+            return math.prod(active)
+        unit, rest = controllers[0], controllers[1:]
+        if not unit.is_active(values):
+            return self._count(rest, others, counts, values)
+        return sum(
+            self._count(rest, others, counts, {**values, **choice})
+            for choice in _unit_choices(unit, self.params)
+        )
+
+
+def _group_values(group: Group, on: bool) -> Values:
+    return {name: group.values[name] if on else None for name in group.params}
+
+
+def _unit_count(unit: Unit, params: Mapping[str, Param]) -> int | None:
+    return 2 if unit.group is not None else params[unit.key].count()
+
+
+def _unit_choices(unit: Unit, params: Mapping[str, Param]) -> list[Values]:
+    if unit.group is not None:
+        return [_group_values(unit.group, True), _group_values(unit.group, False)]
+    param = params[unit.key]
+    choices: list[Values] = [{param.name: v} for v in param.values() or ()]
+    return choices + ([{param.name: None}] if param.allow_unset else [])

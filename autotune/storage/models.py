@@ -1,0 +1,329 @@
+"""SQLAlchemy models of autotune's own tables (prefix `autotune_`).
+
+Optuna's tables in the same database hold the optimisation history; these hold
+what Optuna does not: environments, every measurement run, failures and logs.
+The schema changes only through the migrations under `alembic/`; the test
+suite checks that these models and the migrations agree. Rows never leave
+`autotune.storage`: the store converts them into records of `autotune.records`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from autotune.records import (
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    StudyRecord,
+    TrialOutcome,
+)
+
+TABLE_PREFIX = "autotune_"
+VERSION_TABLE = "autotune_alembic_version"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic filter: autogenerate considers only autotune's own tables.
+
+    Optuna's tables (`studies`, `trials`, ...) share the database; without
+    this filter autogenerate proposes dropping them.
+    """
+    if type_ == "table":
+        return name is not None and name.startswith(TABLE_PREFIX)
+    return True
+
+
+def utcnow() -> datetime:
+    """The current time in UTC, naive (stored the same way on every backend)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class NonFiniteFloat(TypeDecorator[float]):
+    """A float column that keeps NaN on SQLite (which otherwise stores NULL).
+
+    A checksum of a run that produced NaN must read back as NaN, not as
+    "no checksum". SQLite keeps the text 'NaN' in a FLOAT column as text;
+    PostgreSQL stores NaN natively.
+    """
+
+    impl = Float
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name == "sqlite":
+            return _sqlite_float
+        return super().bind_processor(dialect)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> float | None:
+        return None if value is None else float(value)
+
+
+def _sqlite_float(value: float | None) -> float | str | None:
+    if value is None:
+        return None
+    return "NaN" if math.isnan(value) else float(value)
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the constraint naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class EnvironmentRow(Base):
+    """Where measurements were taken; one row per distinct environment."""
+
+    __tablename__ = "autotune_environments"
+    __table_args__ = (
+        UniqueConstraint(
+            "host",
+            "python_version",
+            "jax_version",
+            "jaxlib_version",
+            "backend",
+            "device_kind",
+            "device_count",
+            name="uq_autotune_environments_identity",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    python_version: Mapped[str] = mapped_column(String(64))
+    jax_version: Mapped[str] = mapped_column(String(64))
+    jaxlib_version: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(32))
+    device_kind: Mapped[str] = mapped_column(String(255))
+    device_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+
+    def to_record(self) -> Environment:
+        """The plain record of this row."""
+        return Environment(
+            host=self.host,
+            python_version=self.python_version,
+            jax_version=self.jax_version,
+            jaxlib_version=self.jaxlib_version,
+            backend=self.backend,
+            device_kind=self.device_kind,
+            device_count=self.device_count,
+        )
+
+
+class StudyRow(Base):
+    """The settings a study was created with."""
+
+    __tablename__ = "autotune_studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    space: Mapped[str] = mapped_column(String(255))
+    benchmark: Mapped[str] = mapped_column(String(255))
+    preset: Mapped[str] = mapped_column(String(255))
+    devices: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+
+    SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode")
+
+    def differences(self, other: StudyRow) -> list[str]:
+        """`setting: mine != other's` for each setting in which the two studies differ."""
+        return [
+            f"{key} {getattr(self, key)!r} (asked for {getattr(other, key)!r})"
+            for key in self.SETTINGS
+            if getattr(self, key) != getattr(other, key)
+        ]
+
+    def to_record(self) -> StudyRecord:
+        """The plain record of this row."""
+        return StudyRecord(
+            name=self.name,
+            space=self.space,
+            benchmark=self.benchmark,
+            preset=self.preset,
+            devices=self.devices,
+            mode=MeasureMode(self.mode),
+            created_at=_aware(self.created_at),
+        )
+
+
+class RunRow(Base):
+    """One measurement run: a configuration, how it ended and what it measured.
+
+    Measurement columns are NULL (JSON columns empty) when the outcome carries
+    no measurement; `mode` is set exactly when a measurement was stored.
+    `median_s`, `baseline_median_s` and `ratio` are derived, stored for queries.
+    """
+
+    __tablename__ = "autotune_runs"
+    __table_args__ = (Index("ix_autotune_runs_study_id_trial_number", "study_id", "trial_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"))
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(32))
+    flags: Mapped[dict[str, Any]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    duration_s: Mapped[float] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    signal: Mapped[int | None] = mapped_column(Integer)
+    environment_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_environments.id"))
+    mode: Mapped[str | None] = mapped_column(String(16))
+    compile_time_s: Mapped[float | None] = mapped_column(Float)
+    first_step_time_s: Mapped[float | None] = mapped_column(Float)
+    step_times: Mapped[list[float]] = mapped_column(JSON)
+    baseline_step_times: Mapped[list[float]] = mapped_column(JSON)
+    median_s: Mapped[float | None] = mapped_column(Float)
+    baseline_median_s: Mapped[float | None] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    memory_source: Mapped[str | None] = mapped_column(String(64))
+    rss_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    checksum: Mapped[float | None] = mapped_column(NonFiniteFloat)
+    baseline_checksum: Mapped[float | None] = mapped_column(NonFiniteFloat)
+    hlo_stats: Mapped[dict[str, int]] = mapped_column(JSON)
+    fingerprint: Mapped[str | None] = mapped_column(String(128))
+    baseline_fingerprint: Mapped[str | None] = mapped_column(String(128))
+    jax_version: Mapped[str | None] = mapped_column(String(64))
+    jaxlib_version: Mapped[str | None] = mapped_column(String(64))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    device_kind: Mapped[str | None] = mapped_column(String(255))
+    device_count: Mapped[int | None] = mapped_column(Integer)
+    stdout_tail: Mapped[str] = mapped_column(Text)
+    stderr_tail: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+
+    study: Mapped[StudyRow] = relationship(lazy="raise")
+    environment: Mapped[EnvironmentRow | None] = relationship(lazy="raise")
+
+    def to_record(self, study_name: str) -> RunRecord:
+        """The plain record of this row (its `environment` must be loaded)."""
+        return RunRecord(
+            id=self.id,
+            study_name=study_name,
+            trial_number=self.trial_number,
+            role=Role(self.role),
+            flags=dict(self.flags),
+            env=dict(self.env),
+            outcome=self._outcome(),
+            created_at=_aware(self.created_at),
+            environment=None if self.environment is None else self.environment.to_record(),
+            ratio=self.ratio,
+        )
+
+    def _outcome(self) -> TrialOutcome:
+        return TrialOutcome(
+            kind=OutcomeKind(self.kind),
+            message=self.message,
+            measurement=self._measurement(),
+            duration_s=self.duration_s,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            stdout_tail=self.stdout_tail,
+            stderr_tail=self.stderr_tail,
+        )
+
+    def _measurement(self) -> Measurement | None:
+        if self.mode is None:
+            return None
+        return Measurement(
+            step_times_s=tuple(self.step_times),
+            compile_time_s=self.compile_time_s or 0.0,
+            mode=MeasureMode(self.mode),
+            baseline_step_times_s=tuple(self.baseline_step_times),
+            first_step_time_s=self.first_step_time_s,
+            peak_memory_bytes=self.peak_memory_bytes,
+            memory_source=self.memory_source or "",
+            rss_peak_bytes=self.rss_peak_bytes,
+            checksum=self.checksum,
+            baseline_checksum=self.baseline_checksum,
+            hlo_stats=dict(self.hlo_stats),
+            fingerprint=self.fingerprint,
+            baseline_fingerprint=self.baseline_fingerprint,
+            jax_version=self.jax_version or "",
+            jaxlib_version=self.jaxlib_version or "",
+            backend=self.backend or "",
+            device_kind=self.device_kind or "",
+            device_count=self.device_count or 0,
+        )
+
+
+def outcome_columns(outcome: TrialOutcome) -> dict[str, Any]:
+    """The `RunRow` column values that store `outcome` and its measurement."""
+    return {
+        "kind": str(outcome.kind),
+        "message": outcome.message,
+        "duration_s": outcome.duration_s,
+        "exit_code": outcome.exit_code,
+        "signal": outcome.signal,
+        "stdout_tail": outcome.stdout_tail,
+        "stderr_tail": outcome.stderr_tail,
+        **measurement_columns(outcome.measurement),
+    }
+
+
+def measurement_columns(measurement: Measurement | None) -> dict[str, Any]:
+    """The `RunRow` column values that store `measurement` (empty ones for None)."""
+    if measurement is None:
+        return {"step_times": [], "baseline_step_times": [], "hlo_stats": {}}
+    m = measurement
+    return {
+        "mode": str(m.mode),
+        "compile_time_s": m.compile_time_s,
+        "first_step_time_s": m.first_step_time_s,
+        "step_times": list(m.step_times_s),
+        "baseline_step_times": list(m.baseline_step_times_s),
+        "median_s": m.median_s,
+        "baseline_median_s": m.baseline_median_s,
+        "ratio": m.paired_ratio,
+        "peak_memory_bytes": m.peak_memory_bytes,
+        "memory_source": m.memory_source,
+        "rss_peak_bytes": m.rss_peak_bytes,
+        "checksum": m.checksum,
+        "baseline_checksum": m.baseline_checksum,
+        "hlo_stats": dict(m.hlo_stats),
+        "fingerprint": m.fingerprint,
+        "baseline_fingerprint": m.baseline_fingerprint,
+        **{key: getattr(m, key) for key in _MEASURED_ON},
+    }
+
+
+_MEASURED_ON = ("jax_version", "jaxlib_version", "backend", "device_kind", "device_count")

@@ -1,0 +1,454 @@
+"""The store: the only door to autotune's tables in the database.
+
+Optuna's RDB storage keeps the optimisation history in the same database; the
+store keeps what Optuna does not (studies' settings, environments, every
+measurement run). It owns its engine and sessions, migrates its tables with
+Alembic (version table `autotune_alembic_version`, apart from Optuna's
+`alembic_version`), translates database errors into `StorageError` and hands
+out plain records from `autotune.records`, never ORM rows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.util import CommandError
+from sqlalchemy import Engine, create_engine, exc, select
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.orm import Session, joinedload, sessionmaker
+
+from autotune._resources import data_dir
+from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
+from autotune.records import (
+    Environment,
+    FlagValue,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    StudyRecord,
+    TrialOutcome,
+)
+from autotune.storage.models import (
+    VERSION_TABLE,
+    Base,
+    EnvironmentRow,
+    RunRow,
+    StudyRow,
+    outcome_columns,
+)
+
+HEAD_REVISION = "0001"
+"""The migration this code needs; the tests check it is the head of `alembic/versions`."""
+
+SQLITE_TIMEOUT_S = 30.0
+"""How long a SQLite connection waits for another process's write lock."""
+
+PG_CONNECT_TIMEOUT_S = 10
+"""How long a PostgreSQL connection attempt may take (unless the URL says otherwise)."""
+
+URL_HINT = "use sqlite:///path.db or postgresql://user@host/db"
+
+_T = TypeVar("_T")
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
+
+
+def _mask(url: str) -> str:
+    """The URL as the user typed it, password replaced by ***."""
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+def _reason(error: BaseException) -> str:
+    """One line saying why a database call failed (the driver's own words)."""
+    orig = getattr(error, "orig", None) or error
+    return " ".join(str(orig).split()) or type(orig).__name__
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError) as error:  # ValueError: e.g. a port that is no number
+        detail = "" if isinstance(error, exc.ArgumentError) else f" ({error})"
+        raise StorageError(
+            f"invalid storage URL {_mask(url)!r}: it does not parse as a database URL{detail}; "
+            f"{URL_HINT}"
+        ) from error
+    return _with_installed_driver(parsed)
+
+
+def _with_installed_driver(url: URL) -> URL:
+    """`postgresql://` names psycopg2; use psycopg (3) when only that one is installed."""
+    if url.drivername != "postgresql" or importlib.util.find_spec("psycopg2") is not None:
+        return url
+    if importlib.util.find_spec("psycopg") is None:
+        return url
+    return url.set(drivername="postgresql+psycopg")
+
+
+def _check_sqlite_folder(url: URL, shown: str) -> None:
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return
+    if database.startswith("file:") or url.query.get("uri"):
+        return
+    folder = Path(database).absolute().parent
+    if not folder.is_dir():
+        raise StorageError(
+            f"cannot open {shown}: the folder {folder} does not exist; "
+            "create it first or point the sqlite:/// path at an existing folder"
+        )
+
+
+def _connect_args(url: URL) -> dict[str, Any]:
+    if url.get_backend_name() == "sqlite" and "timeout" not in url.query:
+        return {"timeout": SQLITE_TIMEOUT_S}
+    if url.get_driver_name() in ("psycopg", "psycopg2") and "connect_timeout" not in url.query:
+        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    return {}
+
+
+def _create_engine(url: URL, shown: str) -> Engine:
+    try:
+        return create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True)
+    except exc.NoSuchModuleError as error:
+        raise StorageError(
+            f"unknown database kind {url.drivername!r} in storage URL {shown}; {URL_HINT}"
+        ) from error
+    except ImportError as error:
+        raise StorageError(
+            f"the database driver for {shown} is not installed ({error.name or error}); "
+            "install it (for PostgreSQL: pip install 'autotune[postgres]')"
+        ) from error
+    except exc.ArgumentError as error:
+        raise StorageError(f"invalid storage URL {shown}: {error}; {URL_HINT}") from error
+
+
+def _current_revision(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _alembic_config(connection: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(data_dir("alembic")).replace("%", "%%"))
+    config.attributes["connection"] = connection
+    return config
+
+
+def _migrate(engine: Engine, shown: str, upgrade: bool) -> None:
+    with engine.begin() as connection:
+        current = _current_revision(connection)
+        if current == HEAD_REVISION:
+            return
+        if not upgrade:
+            found = "has no autotune tables yet" if current is None else f"is at {current!r}"
+            raise StorageError(
+                f"the database {shown} {found}, this autotune needs schema revision "
+                f"{HEAD_REVISION!r}: run `autotune db upgrade` with the same --storage "
+                "to migrate it"
+            )
+        command.upgrade(_alembic_config(connection), "head")
+
+
+def _revision_or_none(engine: Engine) -> str | None:
+    try:
+        with engine.connect() as connection:
+            return _current_revision(connection)
+    except exc.DBAPIError:
+        return None
+
+
+def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
+    try:
+        _migrate(engine, shown, upgrade)
+    except exc.DBAPIError as error:
+        if upgrade and _revision_or_none(engine) == HEAD_REVISION:
+            return  # another process migrated the same database at the same moment
+        raise StorageError(
+            f"cannot open the database {shown}: {_reason(error)}; check that the database "
+            f"is reachable and the URL is right ({URL_HINT})"
+        ) from error
+    except CommandError as error:
+        raise StorageError(
+            f"cannot migrate the database {shown}: {error}; if a newer autotune created it, "
+            "upgrade autotune"
+        ) from error
+
+
+def _study_named(session: Session, name: str) -> StudyRow | None:
+    return session.scalar(select(StudyRow).where(StudyRow.name == name))
+
+
+def _enum_values(values: Iterable[str], enum: type[StrEnum]) -> list[str]:
+    return [str(enum(value)) for value in values]
+
+
+def _study_not_found(name: str, shown: str, known: Iterable[str]) -> str:
+    names = ", ".join(known)
+    if not names:
+        return (
+            f"no study named {name!r}: the database {shown} holds no studies yet; "
+            "create one with `autotune study --name NAME ...`"
+        )
+    return f"no study named {name!r} in {shown}; known studies: {names}"
+
+
+def _check_same_settings(existing: StudyRow, wanted: StudyRow) -> None:
+    differences = existing.differences(wanted)
+    if differences:
+        raise StudyMismatchError(
+            f"study {existing.name!r} was created with {'; '.join(differences)}; "
+            "pick a new --name to study other settings, or resume with the original ones"
+        )
+
+
+class Store:
+    """autotune's tables in one SQL database (SQLite or PostgreSQL).
+
+    Open it with `Store.open(url)`; close it with `close()` or a `with` block.
+    Every method runs in its own short transaction and returns plain records
+    (`StudyRecord`, `RunRecord`); no ORM row escapes.
+
+    Thread-safety: a Store is not shared. Open one per thread and one per
+    process (never carry one across `fork`); many Stores on many machines may
+    use the same database at once.
+
+    Raises (from any method):
+        StorageError: the URL is malformed, names an unknown database kind or a
+            missing driver, the database cannot be reached or opened, its schema
+            is not at `HEAD_REVISION` (with `upgrade=False`), or a statement
+            fails (e.g. SQLite stayed locked past `SQLITE_TIMEOUT_S`).
+        StudyNotFoundError: a method names a study the database does not hold.
+        StudyMismatchError: `ensure_study` finds the study with other settings.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap an engine whose schema is at head; use `Store.open` instead."""
+        self._engine = engine
+        self._shown = engine.url.render_as_string(hide_password=True)
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True) -> Store:
+        """Connect to the database at `url` and bring autotune's tables to head.
+
+        Args:
+            url: a SQLAlchemy URL, e.g. `sqlite:///autotune.db` or
+                `postgresql://user@host/db`. A SQLite file is created if
+                missing, but its folder must exist.
+            upgrade: migrate the tables to `HEAD_REVISION` if needed; when
+                False, a database not at head raises instead.
+
+        Raises:
+            StorageError: see the class docstring; the message names the URL
+                (password masked) and what to do.
+        """
+        parsed = _parse_url(url)
+        shown = parsed.render_as_string(hide_password=True)
+        _check_sqlite_folder(parsed, shown)
+        engine = _create_engine(parsed, shown)
+        try:
+            _open_schema(engine, shown, upgrade)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        """The URL in use, password included: hand this one to Optuna's storage."""
+        return self._engine.url.render_as_string(hide_password=False)
+
+    def __repr__(self) -> str:
+        return f"Store({self._shown!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the connections; the Store must not be used afterwards."""
+        self._engine.dispose()
+
+    def current_revision(self) -> str | None:
+        """The autotune schema revision stamped in the database (None if none)."""
+        with self._translated(), self._engine.connect() as connection:
+            return _current_revision(connection)
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except exc.IntegrityError:
+            raise
+        except exc.DBAPIError as error:
+            raise StorageError(
+                f"the database {self._shown} failed: {_reason(error)}; "
+                "check that it is reachable and retry"
+            ) from error
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        """One session in one transaction, committed on success."""
+        with self._translated(), self._sessions() as session, session.begin():
+            yield session
+
+    def ensure_study(
+        self,
+        name: str,
+        space: str,
+        benchmark: str,
+        preset: str,
+        devices: int,
+        mode: MeasureMode | str,
+    ) -> StudyRecord:
+        """Create the study, or return it if it exists with the same settings.
+
+        Raises:
+            StudyMismatchError: the study exists with a different space,
+                benchmark, preset, devices or mode.
+        """
+        wanted = StudyRow(
+            name=name,
+            space=space,
+            benchmark=benchmark,
+            preset=preset,
+            devices=devices,
+            mode=str(MeasureMode(mode)),
+        )
+        existing = self._get_or_insert(lambda session: _study_named(session, name), wanted)
+        _check_same_settings(existing, wanted)
+        return existing.to_record()
+
+    def _get_or_insert(self, find: Callable[[Session], _T | None], row: Base) -> _T:
+        """What `find` finds, after inserting `row` if it finds nothing (race-safe)."""
+        with self._session() as session:
+            found = find(session)
+        if found is None:
+            try:
+                with self._session() as session:
+                    session.add(row)
+            except exc.IntegrityError:  # another process inserted the same row first
+                pass
+            with self._session() as session:
+                found = find(session)
+        if found is None:
+            raise StorageError(f"the database {self._shown} lost a row it just stored: {row!r}")
+        return found
+
+    def get_study(self, name: str) -> StudyRecord:
+        """The study called `name`.
+
+        Raises:
+            StudyNotFoundError: no such study; the message lists the known ones.
+        """
+        with self._session() as session:
+            return self._study_row(session, name).to_record()
+
+    def _study_row(self, session: Session, name: str) -> StudyRow:
+        row = _study_named(session, name)
+        if row is None:
+            names = session.scalars(select(StudyRow.name).order_by(StudyRow.name)).all()
+            raise StudyNotFoundError(_study_not_found(name, self._shown, names))
+        return row
+
+    def list_studies(self) -> list[StudyRecord]:
+        """Every study, oldest first."""
+        with self._session() as session:
+            rows = session.scalars(select(StudyRow).order_by(StudyRow.id)).all()
+            return [row.to_record() for row in rows]
+
+    def record_run(
+        self,
+        study_name: str,
+        trial_number: int | None,
+        role: Role | str,
+        flags: Mapping[str, FlagValue],
+        env: Mapping[str, str],
+        outcome: TrialOutcome,
+        environment: Environment | None = None,
+        ratio: float | None = None,
+    ) -> int:
+        """Store one measurement run and return its id.
+
+        Args:
+            study_name: the study (created by `ensure_study`).
+            trial_number: the Optuna trial number, or None for a run outside a trial.
+            role: why the configuration was measured.
+            flags: flag name -> typed value of the configuration.
+            env: the environment variables the trial was given (e.g. XLA_FLAGS).
+            outcome: how the trial ended, with its measurement if any.
+            environment: where it ran; equal environments share one row.
+            ratio: candidate over baseline step time; defaults to the measurement's
+                in-process (paired) ratio. A DIRECT-mode run passes its ratio
+                against the study's baseline run.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        environment_id = self._environment_id(environment)
+        with self._session() as session:
+            row = RunRow(
+                study_id=self._study_row(session, study_name).id,
+                trial_number=trial_number,
+                role=str(Role(role)),
+                flags=dict(flags),
+                env=dict(env),
+                environment_id=environment_id,
+                **outcome_columns(outcome),
+            )
+            if ratio is not None:
+                row.ratio = ratio
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def _environment_id(self, environment: Environment | None) -> int | None:
+        if environment is None:
+            return None
+        fields = asdict(environment)
+        conditions = [getattr(EnvironmentRow, key) == value for key, value in fields.items()]
+        query = select(EnvironmentRow.id).where(*conditions)
+        return self._get_or_insert(lambda session: session.scalar(query), EnvironmentRow(**fields))
+
+    def runs(
+        self,
+        study_name: str,
+        roles: Iterable[Role | str] | None = None,
+        kinds: Iterable[OutcomeKind | str] | None = None,
+    ) -> list[RunRecord]:
+        """The runs of a study in the order they were recorded.
+
+        Args:
+            study_name: the study.
+            roles: keep only runs with one of these roles (None: all).
+            kinds: keep only runs whose outcome is one of these kinds (None: all).
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            query = (
+                select(RunRow)
+                .where(RunRow.study_id == study.id)
+                .options(joinedload(RunRow.environment))
+                .order_by(RunRow.id)
+            )
+            if roles is not None:
+                query = query.where(RunRow.role.in_(_enum_values(roles, Role)))
+            if kinds is not None:
+                query = query.where(RunRow.kind.in_(_enum_values(kinds, OutcomeKind)))
+            return [row.to_record(study.name) for row in session.scalars(query)]

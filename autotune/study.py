@@ -1,0 +1,308 @@
+"""Orchestrate a study: baseline, recommended configuration, then sampled trials.
+
+One process, one trial at a time (ask/tell). Every trial is launched through a
+`Launcher`, recorded in autotune's own tables through the `Store`, and told to
+Optuna. The objective is the step time relative to the baseline (below 1 is
+faster): measured in-process against the baseline (PAIRED) where every flag of
+the configuration can be given per compilation, else against the study's
+baseline run (DIRECT).
+"""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import BaselineFailedError, UsageError
+from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
+from autotune.launcher import Launcher, TrialRequest
+from autotune.records import (
+    Environment,
+    FlagValue,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    TrialOutcome,
+)
+from autotune.storage.store import Store
+from autotune.workloads import WorkloadInfo
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.spaces import Space
+
+DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
+
+
+def _tpe(seed: int | None) -> Any:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                          n_startup_trials=5)
+
+
+def _random(seed: int | None) -> Any:
+    import optuna
+
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+SAMPLERS: dict[str, Callable[[int | None], Any]] = {"tpe": _tpe, "random": _random}
+
+
+def make_sampler(name: str, seed: int | None) -> Any:
+    """An Optuna sampler from the registry.
+
+    Raises:
+        UsageError: unknown sampler name (the message lists the known ones).
+    """
+    if name not in SAMPLERS:
+        raise UsageError(f"unknown sampler '{name}'. Known samplers: {', '.join(SAMPLERS)}")
+    return SAMPLERS[name](seed)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What the user asked for; validated before anything touches the database."""
+
+    name: str
+    space_name: str
+    space: Space
+    workload: WorkloadInfo
+    preset: str = "small"
+    devices: int = 8
+    trials: int = 12
+    sampler: str = "tpe"
+    seed: int | None = None
+    timeout_per_trial: float = 300.0
+    steps: int = 20
+    warmup: int = 3
+    mode: MeasureMode = MeasureMode.PAIRED
+    base_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """Reported after each trial, for progress displays."""
+
+    number: int
+    role: Role
+    outcome: TrialOutcome
+    speedup: float | None
+    best_speedup: float | None
+    done: int
+    total: int
+
+
+def with_device_count(env: Mapping[str, str], devices: int) -> dict[str, str]:
+    """`env` with XLA_FLAGS asking the host platform for `devices` devices.
+
+    Only the CPU (host) platform reads this flag; GPUs and TPUs ignore it.
+    """
+    tokens = [(n, v) for n, v in parse_flag_string(env.get("XLA_FLAGS", ""))
+              if n != DEVICE_COUNT_FLAG]
+    tokens.append((DEVICE_COUNT_FLAG, str(devices)))
+    out = dict(env)
+    out["XLA_FLAGS"] = " ".join(f"--{n}" if v is None else f"--{n}={v}" for n, v in tokens)
+    return out
+
+
+def _environment(m: Any) -> Environment | None:
+    if m is None:
+        return None
+    return Environment(
+        host=platform.node(), python_version=platform.python_version(),
+        jax_version=m.jax_version, jaxlib_version=m.jaxlib_version, backend=m.backend,
+        device_kind=m.device_kind, device_count=m.device_count,
+    )
+
+
+def _open_optuna(plan: StudyPlan, storage_url: str) -> optuna.Study:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=plan.name, storage=storage_url, direction="minimize",
+        sampler=make_sampler(plan.sampler, plan.seed), load_if_exists=True,
+    )
+
+
+class StudyRunner:
+    """Runs the trials of one study; see the module docstring.
+
+    Args:
+        plan: the validated request.
+        store: autotune's tables (already opened and migrated).
+        launcher: how each trial is measured.
+        storage_url: the same database, for Optuna's tables.
+    """
+
+    def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage_url: str):
+        self.plan = plan
+        self.store = store
+        self.launcher = launcher
+        self.storage_url = storage_url
+        self.base_env = with_device_count(plan.base_env, plan.devices)
+
+    def prepare(self) -> None:
+        """Create the study, or check that a resumed one has the same settings.
+
+        Raises:
+            StudyMismatchError: the stored study was made with other settings.
+        """
+        p = self.plan
+        self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode)
+
+    def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> int:
+        """Run trials until the study holds `plan.trials` finished ones; return how many ran.
+
+        Ctrl-C fails the trial in flight (its child is killed) and re-raises;
+        everything finished stays in the database.
+        """
+        p = self.plan
+        self.prepare()
+        study = _open_optuna(p, self.storage_url)
+        ran = 0
+        while (done := _finished(study)) < p.trials:
+            self._enqueue_reference(study)
+            trial = study.ask()
+            event = self._run_trial(study, trial, done + 1)
+            ran += 1
+            if on_trial:
+                on_trial(event)
+            if event.role is Role.BASELINE and not event.outcome.ok:
+                raise _baseline_failed(event.outcome)
+        return ran
+
+    def remaining(self) -> int:
+        """Trials still to run before the study holds `plan.trials` finished ones."""
+        import optuna
+
+        try:
+            study = optuna.load_study(study_name=self.plan.name, storage=self.storage_url)
+        except KeyError:
+            return self.plan.trials
+        return max(0, self.plan.trials - _finished(study))
+
+    def _enqueue_reference(self, study: optuna.Study) -> None:
+        """Queue the baseline, then the recommended configuration, unless done or queued."""
+        runs = self.store.runs(self.plan.name)
+        queued = {t.user_attrs.get("role") for t in _waiting(study)}
+        if not any(r.role is Role.BASELINE and r.outcome.ok for r in runs):
+            if Role.BASELINE.value not in queued:
+                study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
+            return
+        rec = self.plan.space.recommended_params()
+        if rec is not None and not any(r.role is Role.RECOMMENDED for r in runs):
+            if Role.RECOMMENDED.value not in queued:
+                study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
+
+    def _run_trial(self, study: optuna.Study, trial: optuna.Trial, done: int) -> TrialEvent:
+        from optuna.trial import TrialState
+
+        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
+        config = {} if role is Role.BASELINE else self.plan.space.sample(trial)
+        try:
+            outcome = self.launcher.launch(self._request(config))
+        except BaseException:
+            trial.set_user_attr("outcome", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        ratio = self._ratio(outcome)
+        user_env = compose_env(config, self.plan.base_env, _catalog())
+        run_id = self.store.record_run(
+            self.plan.name, trial.number, role, config, user_env, outcome,
+            _environment(outcome.measurement), ratio=ratio,
+        )
+        self._tell(study, trial, outcome, ratio, role, run_id)
+        return TrialEvent(
+            trial.number, role, outcome, 1 / ratio if ratio else None,
+            _best_speedup(study), done, self.plan.trials,
+        )
+
+    def _request(self, config: Mapping[str, FlagValue]) -> TrialRequest:
+        p = self.plan
+        options = compiler_options(config, _catalog()) if p.mode is MeasureMode.PAIRED else None
+        env = compose_env(config if options is None else {}, self.base_env, _catalog())
+        return TrialRequest(
+            workload=p.workload.path, preset=p.preset, env={**self.base_env, **env},
+            compiler_options=options, steps=p.steps, warmup=p.warmup,
+            timeout_s=p.timeout_per_trial,
+        )
+
+    def _ratio(self, outcome: TrialOutcome) -> float | None:
+        """Candidate time over baseline time: in-process if paired, else vs the baseline run."""
+        m = outcome.measurement
+        if not outcome.ok or m is None:
+            return None
+        if m.paired_ratio is not None:
+            return m.paired_ratio
+        base = _baseline_median(self.store.runs(self.plan.name, roles=[Role.BASELINE]))
+        return m.median_s / base if base and m.median_s else None
+
+    @staticmethod
+    def _tell(study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome,
+              ratio: float | None, role: Role, run_id: int) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr("role", role.value)
+        trial.set_user_attr("outcome", outcome.kind.value)
+        trial.set_user_attr("run_id", run_id)
+        if outcome.message:
+            trial.set_user_attr("message", outcome.message[:500])
+        if ratio is None:
+            state = TrialState.PRUNED if outcome.kind is OutcomeKind.PRUNED else TrialState.FAIL
+            study.tell(trial, state=state)
+        else:
+            study.tell(trial, ratio)
+
+
+def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
+    detail = outcome.message or outcome.stderr_tail.strip()[-300:]
+    return BaselineFailedError(
+        f"the baseline (XLA's defaults, no flags) ended as {outcome.kind.value}: {detail}. "
+        "Nothing can be compared against it: make the workload run on its own first "
+        "(python -m autotune.bench FILE --preset P), then run the same command again"
+    )
+
+
+def _catalog() -> Any:
+    from autotune.flags.catalog import load_catalog
+
+    return load_catalog()
+
+
+def _finished(study: optuna.Study) -> int:
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def _waiting(study: optuna.Study) -> list[Any]:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
+def _best_speedup(study: optuna.Study) -> float | None:
+    from optuna.trial import TrialState
+
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if t.value and t.user_attrs.get("role") != Role.BASELINE.value]
+    return 1 / min(values) if values else None
+
+
+def _baseline_median(runs: list[RunRecord]) -> float | None:
+    for run in runs:
+        m = run.outcome.measurement
+        if run.outcome.ok and m is not None:
+            return m.baseline_median_s or m.median_s
+    return None

@@ -1,0 +1,205 @@
+"""The CLI as a user types it: real studies on a tiny benchmark, real SQLite files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.records import Role
+from autotune.storage import Store
+
+runner = CliRunner()
+STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
+         "--steps", "5", "--warmup", "1", "--seed", "3"]
+
+
+def invoke(*args: str, cwd: Path):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return runner.invoke(app, list(args))
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory) -> Path:
+    """A 3-trial cpu study on matmul tiny, run once for the tests that read it."""
+    folder = tmp_path_factory.mktemp("study")
+    result = invoke(*STUDY, "--space", "cpu", "--trials", "3", cwd=folder)
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.mark.slow
+def test_study_measures_baseline_first_then_samples(finished_study):
+    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    runs = store.runs("cpu-matmul-tiny")
+    assert [r.trial_number for r in runs] == [0, 1, 2]
+    assert runs[0].role is Role.BASELINE and runs[0].flags == {}
+    assert all(r.role is Role.SEARCH for r in runs[1:])
+    assert all(r.outcome.ok and r.ratio and r.outcome.measurement for r in runs)
+    assert runs[0].outcome.measurement.same_program_as_baseline is True
+
+
+@pytest.mark.slow
+def test_best_prints_ranked_table_with_baseline(finished_study):
+    result = invoke("best", "cpu-matmul-tiny", cwd=finished_study)
+    assert result.exit_code == 0, result.output
+    assert "baseline" in result.output and "(A/A)" in result.output
+    assert "│ 1 " in result.output and "│ 2 " in result.output
+    assert "runs by outcome: ok: 3" in result.output
+
+
+@pytest.mark.slow
+def test_export_writes_the_best_configuration(finished_study, tmp_path):
+    target = tmp_path / "best.yaml"
+    result = invoke("export", "cpu-matmul-tiny", "-o", str(target), cwd=finished_study)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(target.read_text())
+    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    fastest = min((r for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH),
+                  key=lambda r: r.ratio)
+    assert doc["schema_version"] == 1 and doc["trial"] == fastest.trial_number
+    assert doc["flags"] == dict(fastest.flags)
+    assert doc["measured"]["speedup"] == pytest.approx(1 / fastest.ratio)
+    assert doc["measured_on"]["backend"] == "cpu" and doc["measured_on"]["space"] == "cpu"
+    for name, value in fastest.flags.items():
+        rendered = str(value).lower() if isinstance(value, bool) else str(value)
+        assert f"--{name}={rendered}" in doc["xla_flags"]
+
+
+@pytest.mark.slow
+def test_rerunning_the_same_command_continues_the_study(finished_study):
+    again = invoke(*STUDY, "--space", "cpu", "--trials", "3", cwd=finished_study)
+    assert again.exit_code == 0 and "already holds 3 trials" in again.output
+    more = invoke(*STUDY, "--space", "cpu", "--trials", "4", cwd=finished_study)
+    assert more.exit_code == 0, more.output
+    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    runs = store.runs("cpu-matmul-tiny")
+    assert [r.trial_number for r in runs] == [0, 1, 2, 3]
+    assert sum(r.role is Role.BASELINE for r in runs) == 1
+
+
+@pytest.mark.slow
+def test_recommended_configuration_is_the_second_trial(tmp_path):
+    result = invoke(*STUDY, "--space", "gpu-collectives", "--trials", "2", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("gpu-collectives-matmul-tiny")
+    assert [r.role for r in runs] == [Role.BASELINE, Role.RECOMMENDED]
+    assert runs[1].flags["xla_gpu_all_gather_combine_threshold_bytes"] == 8589934592
+    assert runs[1].flags["xla_gpu_enable_latency_hiding_scheduler"] is True
+    # The CPU compiler ignores GPU flags: the fingerprint shows nothing changed.
+    assert runs[1].outcome.measurement.same_program_as_baseline is True
+    assert "--xla_gpu_enable_latency_hiding_scheduler=true" in runs[1].env["XLA_FLAGS"]
+
+
+def test_studies_lists_what_the_database_holds(finished_study):
+    result = invoke("studies", cwd=finished_study)
+    assert result.exit_code == 0 and "cpu-matmul-tiny" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["study", "--space", "nope"], "unknown search space 'nope'. Known spaces: cpu"),
+        (["study", "--space", "cpu", "--benchmark", "nope"],
+         "unknown benchmark 'nope'. Known benchmarks: matmul, transformer"),
+        (["study", "--space", "cpu", "--sampler", "nope"], "unknown sampler 'nope'"),
+        (["study", "--space", "cpu", "--preset", "huge"], "unknown preset 'huge'"),
+        (["study", "--space", "cpu", "--storage", "foo://x"], "unknown database kind 'foo'"),
+        (["study", "--space", "cpu", "--storage", "notaurl"], "notaurl"),
+        (["study", "--space", "cpu", "--storage", "postgresql://nobody@127.0.0.1:1/x"],
+         "cannot"),
+        (["best", "nosuch"], "no study named 'nosuch'"),
+        (["export", "nosuch"], "no study named 'nosuch'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_leaves_the_database_alone(
+    finished_study, args, words
+):
+    db = finished_study / "autotune.db"
+    before = (db.stat().st_size, db.stat().st_mtime_ns)
+    result = invoke(*args, cwd=finished_study)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert "Traceback" not in result.output
+    assert (db.stat().st_size, db.stat().st_mtime_ns) == before
+
+
+def test_malformed_space_file_names_file_and_line(tmp_path):
+    space = tmp_path / "mine.yaml"
+    space.write_text("schema_version: 1\nname: mine\nparams:\n  x: [unclosed\n")
+    result = invoke("study", "--space", str(space), cwd=tmp_path)
+    assert result.exit_code == 2
+    assert "mine.yaml:" in result.output
+    assert not (tmp_path / "autotune.db").exists()
+
+
+def test_read_commands_do_not_create_a_database(tmp_path):
+    result = invoke("best", "x", cwd=tmp_path)
+    assert result.exit_code == 2 and "no database at autotune.db" in result.output
+    assert not (tmp_path / "autotune.db").exists()
+
+
+def test_list_commands(tmp_path):
+    spaces = invoke("spaces", "list", cwd=tmp_path)
+    assert spaces.exit_code == 0 and "gpu-collectives" in spaces.output and "cpu" in spaces.output
+    benches = invoke("benchmarks", "list", cwd=tmp_path)
+    assert benches.exit_code == 0 and "transformer" in benches.output and "matmul" in benches.output
+    upgrade = invoke("db", "upgrade", "--storage", f"sqlite:///{tmp_path}/new.db", cwd=tmp_path)
+    assert upgrade.exit_code == 0 and "at revision" in upgrade.output
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_trials_and_the_study_resumes(tmp_path):
+    db = tmp_path / "autotune.db"
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main()", *STUDY,
+           "--space", "cpu", "--trials", "40"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and _count_runs(db) < 2:
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr.decode()
+    assert b"every finished trial is kept" in stderr
+    kept = _count_runs(db)
+    assert kept >= 2
+    with sqlite3.connect(db) as conn:
+        states = [s for (s,) in conn.execute("select state from trials")]
+    assert "RUNNING" not in states
+    resumed = invoke(*STUDY, "--space", "cpu", "--trials", str(len(states) + 1), cwd=tmp_path)
+    assert resumed.exit_code == 0, resumed.output
+    assert _count_runs(db) == kept + 1
+
+
+def _count_runs(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("select count(*) from autotune_runs").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+@pytest.mark.slow
+def test_baseline_that_fails_stops_the_study_and_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_bogus_flag=1")
+    result = invoke(*STUDY, "--space", "cpu", "--trials", "5", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "the baseline (XLA's defaults, no flags) ended as unknown_flag" in result.output
+    assert "--xla_bogus_flag=1" in result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-matmul-tiny")
+    assert len(runs) == 1 and runs[0].outcome.kind.value == "unknown_flag"

@@ -1,0 +1,541 @@
+"""Tests of autotune.storage: round trips, migrations, Optuna next door, errors.
+
+The round-trip, migration and Optuna tests run on SQLite and, when
+AUTOTUNE_TEST_POSTGRES_URL is set, on PostgreSQL, each test in a schema of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import multiprocessing
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import optuna
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from autotune import _resources
+from autotune._resources import data_dir
+from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
+from autotune.records import (
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    TrialOutcome,
+)
+from autotune.storage import HEAD_REVISION, Store
+from autotune.storage.models import VERSION_TABLE, Base, EnvironmentRow, include_name
+
+POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+AUTOTUNE_TABLES = {
+    VERSION_TABLE,
+    "autotune_environments",
+    "autotune_studies",
+    "autotune_runs",
+}
+
+FULL = Measurement(
+    step_times_s=(0.0121, 0.0119, 0.0124),
+    compile_time_s=1.75,
+    mode=MeasureMode.PAIRED,
+    baseline_step_times_s=(0.0130, 0.0131, 0.0129),
+    first_step_time_s=0.21,
+    peak_memory_bytes=12 * 2**30,
+    memory_source="memory_stats",
+    rss_peak_bytes=3 * 2**30,
+    checksum=123.456,
+    baseline_checksum=123.457,
+    hlo_stats={"fusion": 12, "all-reduce": 2},
+    fingerprint="sha256:ab12",
+    baseline_fingerprint="sha256:cd34",
+    jax_version="0.10.2",
+    jaxlib_version="0.10.2",
+    backend="gpu",
+    device_kind="NVIDIA H100 80GB HBM3",
+    device_count=8,
+)
+OK = TrialOutcome(
+    OutcomeKind.OK, "ok", FULL, duration_s=9.5, exit_code=0, stdout_tail="out", stderr_tail="err"
+)
+CRASH = TrialOutcome(
+    OutcomeKind.CRASHED,
+    "the child was killed by signal 11 (SIGSEGV)",
+    None,
+    duration_s=3.25,
+    exit_code=None,
+    signal=11,
+    stdout_tail="step 1\n",
+    stderr_tail="Fatal Python error: Segmentation fault\n",
+)
+HERE = Environment("node-1", "3.11.7", "0.10.2", "0.10.2", "gpu", "NVIDIA H100 80GB HBM3", 8)
+FLAGS = {"xla_gpu_enable_latency_hiding_scheduler": True, "combine_bytes": 2**28, "slop": 1.5}
+ENV = {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}
+
+
+def _postgres_url() -> Iterator[str]:
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"set {POSTGRES_ENV} to run PostgreSQL tests")
+    schema = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'autotune.db'}"
+    else:
+        yield from _postgres_url()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'autotune.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    yield from _postgres_url()
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with Store.open(url) as opened:
+        opened.ensure_study("s1", "gpu-collectives", "transformer", "small", 8, "paired")
+        yield opened
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _count(url: str, table: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _schema_diffs(url: str, **opts: object) -> list[object]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"version_table": VERSION_TABLE, "compare_type": True, **opts}
+            )
+            return list(compare_metadata(context, Base.metadata))
+    finally:
+        engine.dispose()
+
+
+def _alembic_config(url: str, script_location: Path | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(script_location or data_dir("alembic")))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+# --- resources -------------------------------------------------------------------------
+
+
+def test_data_dir_finds_the_checkout_folders() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for name in ("search_spaces", "benchmarks", "alembic"):
+        assert data_dir(name) == root / name
+
+
+def test_data_dir_prefers_the_packaged_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "alembic").mkdir()
+    monkeypatch.setattr(_resources, "_PACKAGE_DATA", tmp_path)
+    assert data_dir("alembic") == tmp_path / "alembic"
+
+
+def test_data_dir_missing_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_resources, "_PACKAGE_DATA", tmp_path / "pkg")
+    monkeypatch.setattr(_resources, "_CHECKOUT_ROOT", tmp_path / "repo")
+    with pytest.raises(FileNotFoundError, match="'benchmarks' folder is missing"):
+        data_dir("benchmarks")
+
+
+# --- migrations ------------------------------------------------------------------------
+
+
+def test_head_revision_is_the_newest_migration() -> None:
+    script = ScriptDirectory.from_config(_alembic_config("sqlite://"))
+    assert script.get_heads() == [HEAD_REVISION]
+
+
+def test_fresh_database_gets_exactly_autotune_tables_at_head(url: str) -> None:
+    with Store.open(url) as store:
+        assert store.current_revision() == HEAD_REVISION
+    assert _tables(url) == AUTOTUNE_TABLES
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        stamped = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+    engine.dispose()
+    assert [row[0] for row in stamped] == [HEAD_REVISION]
+
+
+def test_models_agree_with_migrations(url: str) -> None:
+    Store.open(url).close()
+    assert _schema_diffs(url, include_name=include_name) == []
+
+
+def test_alembic_command_line_path_upgrades_and_downgrades(url: str) -> None:
+    config = _alembic_config(url)  # env.py without a connection: the sqlalchemy.url option
+    command.upgrade(config, "head")
+    assert _tables(url) == AUTOTUNE_TABLES
+    command.downgrade(config, "base")
+    assert _tables(url) == {VERSION_TABLE}
+    with Store.open(url) as store:  # and the store migrates it back
+        assert store.current_revision() == HEAD_REVISION
+
+
+def test_autogenerate_after_head_writes_an_empty_revision(sqlite_url: str, tmp_path: Path) -> None:
+    scripts = tmp_path / "alembic"
+    shutil.copytree(data_dir("alembic"), scripts, ignore=shutil.ignore_patterns("__pycache__"))
+    Store.open(sqlite_url).close()
+    command.revision(
+        _alembic_config(sqlite_url, scripts), message="nothing", autogenerate=True, rev_id="0002"
+    )
+    (written,) = (scripts / "versions").glob("0002_*.py")
+    source = written.read_text()
+    compile(source, str(written), "exec")
+    assert "down_revision: str | Sequence[str] | None = '0001'" in source
+    assert "op." not in source  # the models and the migrations agree; Optuna is left alone
+
+
+def test_upgrade_false_on_an_unmigrated_database(sqlite_url: str) -> None:
+    with pytest.raises(StorageError) as raised:
+        Store.open(sqlite_url, upgrade=False)
+    assert raised.value.exit_code == 2
+    assert "has no autotune tables yet" in str(raised.value)
+    assert "`autotune db upgrade`" in str(raised.value)
+
+
+def test_upgrade_false_at_head_opens(sqlite_url: str) -> None:
+    Store.open(sqlite_url).close()
+    with Store.open(sqlite_url, upgrade=False) as store:
+        assert store.current_revision() == HEAD_REVISION
+
+
+def test_unknown_revision_says_to_upgrade_autotune(sqlite_url: str) -> None:
+    Store.open(sqlite_url).close()
+    engine = create_engine(sqlite_url)
+    with engine.begin() as connection:
+        connection.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StorageError, match="upgrade autotune"):
+        Store.open(sqlite_url)
+    with pytest.raises(StorageError, match="is at '9999'"):
+        Store.open(sqlite_url, upgrade=False)
+
+
+# --- Optuna in the same database -------------------------------------------------------
+
+
+@contextmanager
+def _optuna_storage(url: str) -> Iterator[optuna.storages.RDBStorage]:
+    """Optuna's storage for `url`, its connections closed afterwards."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        yield storage
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+
+
+def _create_optuna_study(url: str) -> None:
+    with _optuna_storage(url) as storage:
+        optuna.create_study(storage=storage, study_name="s1")
+
+
+@pytest.mark.parametrize("optuna_first", [True, False], ids=["optuna-first", "autotune-first"])
+def test_coexists_with_optuna(url: str, optuna_first: bool) -> None:
+    if optuna_first:
+        _create_optuna_study(url)
+    with Store.open(url) as store:
+        store.ensure_study("s1", "cpu", "transformer", "small", 8, MeasureMode.DIRECT)
+    if not optuna_first:
+        _create_optuna_study(url)
+    with _optuna_storage(url) as storage:
+        study = optuna.load_study(study_name="s1", storage=storage)
+        study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    with Store.open(url, upgrade=False) as store:
+        assert [s.name for s in store.list_studies()] == ["s1"]
+    tables = _tables(url)
+    assert AUTOTUNE_TABLES <= tables
+    assert {"alembic_version", "studies", "trials"} <= tables
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        optunas = connection.execute(text("SELECT version_num FROM alembic_version")).scalars()
+        assert HEAD_REVISION not in list(optunas)
+    engine.dispose()
+    assert _schema_diffs(url, include_name=include_name) == []
+    # Without the filter, autogenerate would propose dropping Optuna's tables.
+    assert any(diff[0] == "remove_table" for diff in _schema_diffs(url))  # type: ignore[index]
+
+
+def test_store_url_is_the_one_to_give_optuna(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        assert store.url == sqlite_url
+        _create_optuna_study(store.url)
+
+
+def test_plain_postgresql_url_uses_the_installed_driver(postgres_url: str) -> None:
+    plain = make_url(postgres_url).set(drivername="postgresql")
+    with Store.open(plain.render_as_string(hide_password=False)) as store:
+        expected = "postgresql://" if _importable("psycopg2") else "postgresql+psycopg://"
+        assert store.url.startswith(expected)
+        _create_optuna_study(store.url)
+
+
+# --- round trips -----------------------------------------------------------------------
+
+
+def test_every_measurement_field_is_exercised() -> None:
+    for field in dataclasses.fields(Measurement):
+        default = field.default_factory() if callable(field.default_factory) else field.default
+        assert getattr(FULL, field.name) != default, f"set {field.name} in FULL"
+
+
+def test_full_measurement_round_trip(store: Store) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    run_id = store.record_run("s1", 7, Role.SEARCH, FLAGS, ENV, OK, HERE)
+    (run,) = store.runs("s1")
+    assert run.id == run_id
+    assert (run.study_name, run.trial_number, run.role) == ("s1", 7, Role.SEARCH)
+    assert run.outcome == OK
+    assert run.flags == FLAGS and run.env == ENV and run.environment == HERE
+    assert run.ratio == pytest.approx(FULL.paired_ratio)
+    assert type(run.role) is Role and run.outcome.kind is OutcomeKind.OK
+    assert run.outcome.measurement is not None
+    assert run.outcome.measurement.mode is MeasureMode.PAIRED
+    assert [type(v) for v in run.flags.values()] == [bool, int, float]
+    assert before <= run.created_at <= datetime.now(UTC) + timedelta(seconds=5)
+
+
+def test_failure_round_trip(store: Store) -> None:
+    store.record_run("s1", None, "baseline", {}, {}, CRASH, None)
+    (run,) = store.runs("s1")
+    assert run.outcome == CRASH
+    assert (run.trial_number, run.role, run.environment, run.ratio) == (
+        None,
+        Role.BASELINE,
+        None,
+        None,
+    )
+
+
+def test_nan_checksum_round_trip(store: Store) -> None:
+    measured = dataclasses.replace(FULL, checksum=math.nan, baseline_checksum=math.inf)
+    outcome = TrialOutcome(OutcomeKind.NONFINITE, "the checksum is NaN", measured)
+    store.record_run("s1", 1, Role.SEARCH, FLAGS, ENV, outcome, HERE)
+    (run,) = store.runs("s1")
+    assert run.outcome.measurement is not None
+    assert math.isnan(run.outcome.measurement.checksum or 0.0)
+    assert run.outcome.measurement.baseline_checksum == math.inf
+
+
+def test_environments_are_deduplicated(store: Store, url: str) -> None:
+    elsewhere = dataclasses.replace(HERE, host="node-2")
+    for environment in (HERE, HERE, elsewhere, HERE):
+        store.record_run("s1", 0, Role.SEARCH, FLAGS, ENV, OK, environment)
+    assert _count(url, "autotune_environments") == 2
+    assert [r.environment for r in store.runs("s1")] == [HERE, HERE, elsewhere, HERE]
+
+
+def test_runs_filters_by_role_and_kind_in_order(store: Store) -> None:
+    ids = [
+        store.record_run("s1", None, Role.BASELINE, {}, ENV, OK, HERE),
+        store.record_run("s1", 0, Role.SEARCH, FLAGS, ENV, CRASH, HERE),
+        store.record_run("s1", 1, Role.SEARCH, FLAGS, ENV, OK, HERE),
+        store.record_run("s1", 2, Role.CONFIRM, FLAGS, ENV, OK, HERE),
+    ]
+    assert [r.id for r in store.runs("s1")] == ids
+    assert [r.id for r in store.runs("s1", roles=[Role.SEARCH])] == ids[1:3]
+    assert [r.id for r in store.runs("s1", kinds=["crashed"])] == [ids[1]]
+    assert [r.id for r in store.runs("s1", roles=["search", "confirm"], kinds=["ok"])] == ids[2:]
+    assert store.runs("s1", roles=[]) == []
+
+
+def test_environment_inserted_meanwhile_by_another_process(
+    store: Store, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = store._get_or_insert
+    looked: list[bool] = []
+
+    def racing(find: Callable[[Session], object], row: Base) -> object:
+        def late_find(session: Session) -> object:
+            if looked:
+                return find(session)
+            looked.append(True)
+            with Store.open(url) as other:  # it stores HERE between our look-up and our insert
+                other.record_run("s1", 0, Role.SEARCH, FLAGS, ENV, OK, HERE)
+            return None
+
+        return real(late_find if isinstance(row, EnvironmentRow) else find, row)
+
+    monkeypatch.setattr(store, "_get_or_insert", racing)
+    store.record_run("s1", 1, Role.SEARCH, FLAGS, ENV, OK, HERE)
+    assert [run.environment for run in store.runs("s1")] == [HERE, HERE]
+    assert _count(url, "autotune_environments") == 1
+
+
+def _record_many(url: str, worker: int, count: int) -> list[int]:
+    with Store.open(url, upgrade=False) as store:
+        return [
+            store.record_run("s1", worker, Role.SEARCH, FLAGS, ENV, OK, HERE) for _ in range(count)
+        ]
+
+
+def test_concurrent_workers_share_one_sqlite_file(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        store.ensure_study("s1", "cpu", "transformer", "small", 8, "paired")
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        ids = pool.starmap(_record_many, [(sqlite_url, worker, 25) for worker in range(4)])
+    with Store.open(sqlite_url) as store:
+        runs = store.runs("s1")
+    assert sorted(run.id for run in runs) == sorted(i for chunk in ids for i in chunk)
+    assert len(runs) == 100 and {run.environment for run in runs} == {HERE}
+    assert _count(sqlite_url, "autotune_environments") == 1
+
+
+# --- studies ---------------------------------------------------------------------------
+
+
+def test_ensure_study_returns_the_existing_one(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        first = store.ensure_study("s1", "cpu", "transformer", "small", 8, "direct")
+        again = store.ensure_study("s1", "cpu", "transformer", "small", 8, MeasureMode.DIRECT)
+        assert again == first == store.get_study("s1")
+        assert first.mode is MeasureMode.DIRECT
+        store.ensure_study("s2", "cpu", "mlp", "tiny", 1, "paired")
+        assert [s.name for s in store.list_studies()] == ["s1", "s2"]
+
+
+def test_study_mismatch_names_the_setting(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        store.ensure_study("s1", "cpu", "transformer", "small", 8, "direct")
+        with pytest.raises(StudyMismatchError) as raised:
+            store.ensure_study("s1", "cpu", "transformer", "large", 8, "direct")
+    message = str(raised.value)
+    assert raised.value.exit_code == 2
+    assert "preset 'small' (asked for 'large')" in message
+    assert "space" not in message.split(";")[0]
+    assert "pick a new --name" in message
+
+
+def test_study_not_found_when_there_are_none(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store, pytest.raises(StudyNotFoundError) as raised:
+        store.get_study("nope")
+    assert raised.value.exit_code == 2
+    assert "no study named 'nope'" in str(raised.value)
+    assert "holds no studies yet" in str(raised.value)
+    assert "`autotune study" in str(raised.value)
+
+
+def test_study_not_found_lists_the_known_ones(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        store.ensure_study("beta", "cpu", "mlp", "tiny", 1, "direct")
+        store.ensure_study("alpha", "cpu", "mlp", "tiny", 1, "direct")
+        with pytest.raises(StudyNotFoundError, match="known studies: alpha, beta"):
+            store.get_study("gamma")
+        with pytest.raises(StudyNotFoundError):
+            store.record_run("gamma", 0, Role.SEARCH, {}, {}, CRASH)
+        with pytest.raises(StudyNotFoundError):
+            store.runs("gamma")
+
+
+# --- opening errors --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("notaurl", ["invalid storage URL 'notaurl'", "sqlite:///path.db"]),
+        ("foo://x", ["unknown database kind 'foo'", "foo://x", "postgresql://user@host/db"]),
+        ("postgresql://u:s3cret@h:port/db", ["invalid storage URL", "u:***@h"]),
+        ("postgresql+pg8000://u:s3cret@h/db", ["driver", "pg8000", "not installed", "u:***@h"]),
+    ],
+)
+def test_bad_urls(bad: str, words: list[str]) -> None:
+    if "pg8000" in bad and _importable("pg8000"):
+        pytest.skip("pg8000 is installed here")
+    with pytest.raises(StorageError) as raised:
+        Store.open(bad)
+    assert raised.value.exit_code == 2
+    for word in words:
+        assert word in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def test_sqlite_folder_must_exist(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(StorageError) as raised:
+        Store.open(f"sqlite:///{missing / 'autotune.db'}")
+    assert raised.value.exit_code == 2
+    assert f"the folder {missing} does not exist" in str(raised.value)
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("user", ["nobody", "nobody:s3cret"])
+def test_unreachable_postgres(user: str) -> None:
+    if not (_importable("psycopg") or _importable("psycopg2")):
+        pytest.skip("no PostgreSQL driver installed (pip install 'psycopg[binary]')")
+    with pytest.raises(StorageError) as raised:
+        Store.open(f"postgresql://{user}@127.0.0.1:1/x")
+    message = str(raised.value)
+    assert raised.value.exit_code == 2
+    assert "cannot open the database postgresql" in message
+    assert f"{user.replace('s3cret', '***')}@127.0.0.1:1/x" in message
+    assert "s3cret" not in message
+    assert "refused" in message and "check that the database is reachable" in message
+
+
+def test_a_file_that_is_no_database(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database\n" * 100)
+    with pytest.raises(StorageError, match="cannot open the database .*not a database"):
+        Store.open(f"sqlite:///{junk}")
