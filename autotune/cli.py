@@ -148,6 +148,10 @@ def _run_with_progress(runner: Any, plan: Any) -> None:
         return
     out.print(f"study '{plan.name}': {plan.workload.name} ({plan.preset}, {plan.devices} devices) "
               f"on space '{plan.space_name}', {remaining} trials to run, {plan.mode.value} timing")
+    if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
+        runner.run(on_trial=lambda ev: out.print(
+            f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}", highlight=False))
+        return
     columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[last]}"),
                TimeElapsedColumn())
@@ -214,6 +218,20 @@ def _print_best(store: Any, study_name: str, limit: int) -> None:
               "both in one process (the baseline row is default vs default, the noise floor). "
               "Not yet confirmed by re-measurement.", highlight=False)
     out.print(f"peak memory from: {', '.join(sources) or '-'}", highlight=False)
+    _print_noise_note(best_rows(runs, load_catalog(), limit=1))
+
+
+def _print_noise_note(rows: list[Any]) -> None:
+    """Say when the best speedup is not outside the baseline's own A/A spread."""
+    base = next((r for r in rows if r.rank is None and r.speedup), None)
+    top = next((r for r in rows if r.rank == 1 and r.speedup), None)
+    if base is None or top is None:
+        return
+    noise = abs(base.speedup - 1)
+    if abs(top.speedup - 1) <= noise:
+        out.print(f"note: the best speedup ×{top.speedup:.3f} is within this study's noise floor "
+                  f"(baseline vs itself: ×{base.speedup:.3f}); no measurable gain on this "
+                  "workload so far.", highlight=False)
 
 
 @app.command()

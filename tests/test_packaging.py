@@ -1,0 +1,83 @@
+"""A non-editable install carries the spaces, benchmarks and migrations; imports stay light."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """`pip install --no-deps .` (a real wheel build) into a fresh target folder."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+         "--target", str(target), str(ROOT)],
+        check=True, timeout=300,
+    )
+    return target
+
+
+def run_installed(target: Path, cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_wheel_carries_spaces_benchmarks_and_migrations(installed, tmp_path):
+    code = (
+        "import json, autotune\n"
+        "from autotune._resources import data_dir\n"
+        "from autotune.spaces import list_spaces\n"
+        "from autotune.workloads import list_benchmarks\n"
+        "from autotune.storage import Store\n"
+        "s = Store.open('sqlite:///x.db')\n"
+        "print(json.dumps({'pkg': autotune.__file__, 'spaces': list_spaces(),\n"
+        "  'benchmarks': [b.name for b in list_benchmarks()],\n"
+        "  'alembic': str(data_dir('alembic')), 'rev': s.current_revision()}))\n"
+    )
+    done = run_installed(installed, tmp_path, code)
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert facts["pkg"].startswith(str(installed))
+    assert facts["alembic"].startswith(str(installed))
+    assert {"cpu", "gpu-collectives"} <= set(facts["spaces"])
+    assert {"matmul", "transformer"} <= set(facts["benchmarks"])
+    assert facts["rev"] is not None
+
+
+@pytest.mark.slow
+def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
+    done = run_installed(installed, tmp_path,
+                         "import sys; sys.argv = ['autotune', 'spaces', 'list']\n"
+                         "from autotune.cli import main; main()")
+    assert done.returncode == 0, done.stderr
+    assert "gpu-collectives" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("autotune.cli", {"jax", "jaxlib"}),
+        ("autotune.study", {"jax", "jaxlib"}),
+        ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
+        ("autotune.launcher", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune", {"jax", "optuna", "sqlalchemy", "typer", "yaml"}),
+    ],
+)
+def test_heavy_modules_stay_off_the_import_path(module, forbidden):
+    names = sorted(forbidden)
+    code = f"import sys, {module}; print(sorted(m for m in {names!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
