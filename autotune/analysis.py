@@ -87,3 +87,8 @@ def outcome_counts(runs: list[RunRecord]) -> dict[str, int]:
     for run in runs:
         counts[run.outcome.kind.value] = counts.get(run.outcome.kind.value, 0) + 1
     return counts
+
+
+def measured_backend(runs: list[RunRecord]) -> str | None:
+    """The backend the study's trials ran on (from their environment), if any ran."""
+    return next((r.environment.backend for r in runs if r.environment is not None), None)

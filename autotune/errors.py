@@ -66,3 +66,11 @@ class ExportError(UsageError):
 
 class BaselineFailedError(AutotuneError):
     """The workload fails with XLA's defaults: nothing can be compared against it."""
+
+
+class UnknownFlagsInSpaceError(UsageError):
+    """A space sets flags the installed XLA does not know; the study would waste trials."""
+
+
+class BackendMismatchError(UsageError):
+    """A space for one backend asked for on a machine where JAX reports another."""

@@ -53,6 +53,7 @@ def _measured_on(run: RunRecord, study: StudyRecord) -> dict[str, Any]:
         "benchmark": study.benchmark,
         "preset": study.preset,
         "space": study.space,
+        "space_backend": study.space_backend,
     }
 
 

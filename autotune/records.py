@@ -158,6 +158,7 @@ class StudyRecord:
     devices: int
     mode: MeasureMode
     created_at: datetime
+    space_backend: str | None = None
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,8 @@ class StudyRunner:
             StudyMismatchError: the stored study was made with other settings.
         """
         p = self.plan
-        self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode)
+        self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode,
+                                space_backend=p.space.backend)
 
     def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> int:
         """Run trials until the study holds `plan.trials` finished ones; return how many ran.

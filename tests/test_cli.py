@@ -93,8 +93,11 @@ def test_rerunning_the_same_command_continues_the_study(finished_study):
 
 @pytest.mark.slow
 def test_recommended_configuration_is_the_second_trial(tmp_path):
-    result = invoke(*STUDY, "--space", "gpu-collectives", "--trials", "2", cwd=tmp_path)
+    result = invoke(*STUDY, "--space", "gpu-collectives", "--trials", "2",
+                    "--allow-backend-mismatch", cwd=tmp_path)
     assert result.exit_code == 0, result.output
+    assert "expect no effect to measure" in result.output
+    assert "holds gpu flags but the trials ran on cpu" in result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("gpu-collectives-matmul-tiny")
     assert [r.role for r in runs] == [Role.BASELINE, Role.RECOMMENDED]
     assert runs[1].flags["xla_gpu_all_gather_combine_threshold_bytes"] == 8589934592
@@ -203,3 +206,67 @@ def test_baseline_that_fails_stops_the_study_and_is_kept(tmp_path, monkeypatch):
     assert "--xla_bogus_flag=1" in result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-matmul-tiny")
     assert len(runs) == 1 and runs[0].outcome.kind.value == "unknown_flag"
+
+
+def test_space_for_another_backend_is_refused_before_any_trial(tmp_path):
+    result = invoke(*STUDY, "--space", "gpu-collectives", cwd=tmp_path)
+    assert result.exit_code == 2
+    assert "space 'gpu-collectives' is for gpu but JAX reports cpu here" in result.output
+    assert "--allow-backend-mismatch" in result.output
+    assert not (tmp_path / "autotune.db").exists()
+
+
+OLD_GUIDE = """schema_version: 1
+name: old-guide
+description: flags copied from an old guide
+backend: any
+params:
+  xla_cpu_enable_fast_math:
+    type: bool
+    source: test
+  xla_gpu_enable_pipelined_collectives:
+    type: bool
+    source: "001: overrides the per-collective pipelining flags"
+"""
+
+
+def test_space_with_a_flag_this_xla_lacks_stops_before_its_first_trial(tmp_path):
+    (tmp_path / "old.yaml").write_text(OLD_GUIDE)
+    result = invoke(*STUDY, "--space", "old.yaml", "--trials", "2", cwd=tmp_path)
+    assert result.exit_code == 2
+    assert "does not know: --xla_gpu_enable_pipelined_collectives (obsolete)" in result.output
+    assert "--drop-unknown" in result.output
+    assert not (tmp_path / "autotune.db").exists()
+
+
+@pytest.mark.slow
+def test_drop_unknown_leaves_the_flag_out_and_says_so(tmp_path):
+    (tmp_path / "old.yaml").write_text(OLD_GUIDE)
+    result = invoke(*STUDY, "--space", "old.yaml", "--trials", "3", "--drop-unknown",
+                    cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "left out 1 flag this XLA" in result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("old-guide-matmul-tiny")
+    assert len(runs) == 3
+    assert all("xla_gpu_enable_pipelined_collectives" not in r.flags for r in runs)
+    assert all(r.outcome.ok for r in runs)
+
+
+def test_spaces_show_and_validate(tmp_path):
+    shown = invoke("spaces", "show", "tpu-memory", cwd=tmp_path)
+    assert shown.exit_code == 0
+    assert "xla_memory_scheduler" in shown.output and "recommended:" in shown.output
+    (tmp_path / "old.yaml").write_text(OLD_GUIDE)
+    valid = invoke("spaces", "validate", "old.yaml", cwd=tmp_path)
+    assert valid.exit_code == 0 and "valid space 'old-guide'" in valid.output
+    (tmp_path / "bad.yaml").write_text(OLD_GUIDE.replace("type: bool\n    source: test",
+                                                         "type: boolean\n    source: test"))
+    invalid = invoke("spaces", "validate", "bad.yaml", cwd=tmp_path)
+    assert invalid.exit_code == 2 and "bad.yaml:7" in invalid.output
+
+
+def test_all_ten_spaces_are_listed(tmp_path):
+    listed = invoke("spaces", "list", cwd=tmp_path)
+    for name in ("cpu", "gpu-collectives", "gpu-fsdp", "gpu-collective-matmul", "gpu-p2p",
+                 "gpu-runtime", "gpu-pgle", "tpu-collectives", "tpu-latency-bound", "tpu-memory"):
+        assert f"│ {name} " in listed.output

@@ -296,7 +296,7 @@ def xla_flags_of_catalog() -> dict[str, object]:
     return {
         spec.name: spec.recommended if spec.recommended is not None else spec.default
         for spec in catalog
-        if spec.channel is Channel.XLA_FLAGS
+        if spec.channel is Channel.XLA_FLAGS and spec.obsolete is None
         and (spec.recommended is not None or spec.default is not None)
     }
 

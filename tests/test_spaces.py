@@ -54,7 +54,9 @@ def samples(space: Space, n: int) -> list[dict]:
 
 
 def test_list_spaces_names_the_builtin_files():
-    assert list_spaces() == ["cpu", "gpu-collectives"]
+    assert list_spaces() == [
+        "cpu", "gpu-collective-matmul", "gpu-collectives", "gpu-fsdp", "gpu-p2p", "gpu-pgle",
+        "gpu-runtime", "tpu-collectives", "tpu-latency-bound", "tpu-memory"]
 
 
 @pytest.mark.parametrize("name", ["cpu", "gpu-collectives"])
@@ -110,14 +112,14 @@ def test_load_space_by_path(tmp_path):
 
 @pytest.mark.parametrize(("name", "words"), [
     ("gpu-colectives", "Did you mean 'gpu-collectives'?"),
-    ("tpu", "Known spaces: cpu, gpu-collectives."),
+    ("tpu", "Known spaces: cpu, gpu-collective-matmul, gpu-collectives, gpu-fsdp,"),
     ("nowhere/space.yaml", "no search space file 'nowhere/space.yaml'"),
 ])
 def test_unknown_space_lists_known_spaces_and_mentions_paths(name, words):
     with pytest.raises(UnknownSpaceError) as info:
         load_space(name)
     assert words in str(info.value)
-    assert "cpu, gpu-collectives" in str(info.value)
+    assert "cpu, gpu-collective-matmul, gpu-collectives, gpu-fsdp" in str(info.value)
     assert info.value.exit_code == 2
 
 

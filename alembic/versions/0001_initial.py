@@ -56,6 +56,7 @@ def _create_studies() -> None:
         sa.Column("preset", sa.String(length=255), nullable=False),
         sa.Column("devices", sa.Integer(), nullable=False),
         sa.Column("mode", sa.String(length=16), nullable=False),
+        sa.Column("space_backend", sa.String(length=16), nullable=True),
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_autotune_studies"),
         sa.UniqueConstraint("name", name="uq_autotune_studies_name"),

@@ -4,22 +4,41 @@ The catalog is `catalog.yaml` next to this module, read with `importlib.resource
 so it is found both in a source checkout and in an installed wheel. Nothing is
 registered by importing a module: `load_catalog()` reads the file once and keeps
 the result.
+
+Besides the flags, the file holds `groups:` (flags a document says must be
+set together). Group membership lives only in the group lists, because a flag
+may belong to more than one group (`xla_tpu_enable_async_collective_fusion`
+is in both v5e async groups of the TPU guide): ask `Catalog.groups_of(name)`.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Iterable, Iterator
-from enum import StrEnum
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune.errors import AutotuneError, UsageError
-from autotune.records import FlagValue
+from autotune.flags._schema import Backend, Channel, FlagSpec, FlagType, GroupSpec, Obsolete
+
+__all__ = [
+    "CATALOG_SCHEMA_VERSION",
+    "Backend",
+    "Catalog",
+    "Channel",
+    "FlagSpec",
+    "FlagType",
+    "GroupSpec",
+    "Obsolete",
+    "UnknownFlagError",
+    "UnknownGroupError",
+    "load_catalog",
+    "parse_catalog",
+]
 
 CATALOG_SCHEMA_VERSION = 1
 _CATALOG_FILE = "catalog.yaml"
@@ -29,164 +48,44 @@ class UnknownFlagError(UsageError):
     """A flag name the catalog does not hold."""
 
 
-class FlagType(StrEnum):
-    """The type of a flag's value, as XLA (or the variable's reader) parses it."""
-
-    BOOL = "bool"
-    INT = "int"
-    FLOAT = "float"
-    ENUM = "enum"
-    STRING = "string"
-    LIST = "list"
-
-
-class Backend(StrEnum):
-    """The backend a flag acts on (`any`: every backend)."""
-
-    GPU = "gpu"
-    TPU = "tpu"
-    CPU = "cpu"
-    ANY = "any"
-
-
-class Channel(StrEnum):
-    """How a flag reaches the process: `XLA_FLAGS`, `LIBTPU_INIT_ARGS` or its own variable."""
-
-    XLA_FLAGS = "xla_flags"
-    LIBTPU = "libtpu"
-    ENV = "env"
-
-
-class FlagSpec(BaseModel):
-    """One catalog entry.
-
-    Attributes:
-        name: the flag name without `--` (or the environment variable's name).
-        type: the value type.
-        values: allowed names for `enum` and `list` flags.
-        default: the value XLA uses when the flag is not given (None: not documented).
-        recommended: the documented recommended value (None: none documented).
-        backend: the backend the flag acts on.
-        channel: how the flag is delivered to the process.
-        per_compile: whether `compile(compiler_options={...})` accepts it.
-        source: where the flag is documented (document file and section).
-        help: one line saying what the flag does.
-        min: smallest documented value of an int or float flag, if any.
-        max: largest documented value of an int or float flag, if any.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    type: FlagType
-    values: tuple[str, ...] | None = None
-    default: FlagValue | None = None
-    recommended: FlagValue | None = None
-    backend: Backend
-    channel: Channel
-    per_compile: StrictBool
-    source: str
-    help: str
-    min: int | float | None = None
-    max: int | float | None = None
-
-    @model_validator(mode="after")
-    def _check_consistent(self) -> FlagSpec:
-        has_names = self.type in (FlagType.ENUM, FlagType.LIST)
-        if has_names and not self.values:
-            raise ValueError(f"a {self.type} flag needs its allowed 'values'")
-        if self.values is not None and not has_names:
-            raise ValueError(f"'values' is only for enum and list flags, not {self.type}")
-        for label, value in (("default", self.default), ("recommended", self.recommended)):
-            problem = None if value is None else self.check_value(value)
-            if problem:
-                raise ValueError(f"{label}: {problem}")
-        return self
-
-    def check_value(self, value: object) -> str | None:
-        """Say what is wrong with `value` for this flag.
-
-        Args:
-            value: a candidate value (a bool, int, float or string).
-
-        Returns:
-            None when the value fits the flag's type and allowed values, else a
-            phrase such as "expects true or false, got 3".
-        """
-        return _TYPE_CHECKS[self.type](self, value) or self._check_bounds(value)
-
-    def _check_bounds(self, value: object) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        if self.min is not None and value < self.min:
-            return f"{self.name} is at least {self.min}, got {value!r}"
-        if self.max is not None and value > self.max:
-            return f"{self.name} is at most {self.max}, got {value!r}"
-        return None
-
-
-def _check_bool(spec: FlagSpec, value: object) -> str | None:
-    return None if isinstance(value, bool) else f"{spec.name} expects true or false, got {value!r}"
-
-
-def _check_int(spec: FlagSpec, value: object) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return None
-    return f"{spec.name} expects an integer, got {value!r}"
-
-
-def _check_float(spec: FlagSpec, value: object) -> str | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return None
-    return f"{spec.name} expects a number, got {value!r}"
-
-
-def _check_string(spec: FlagSpec, value: object) -> str | None:
-    return None if isinstance(value, str) else f"{spec.name} expects a string, got {value!r}"
-
-
-def _check_enum(spec: FlagSpec, value: object) -> str | None:
-    if isinstance(value, str) and value in (spec.values or ()):
-        return None
-    return f"{spec.name} expects one of {', '.join(spec.values or ())}, got {value!r}"
-
-
-def _check_list(spec: FlagSpec, value: object) -> str | None:
-    if not isinstance(value, str):
-        return f"{spec.name} expects a comma-separated list of names, got {value!r}"
-    unknown = [item for item in value.split(",") if item not in (spec.values or ())]
-    if value and unknown:
-        allowed = ", ".join(spec.values or ())
-        return f"{spec.name} allows only {allowed} in its list, got {', '.join(unknown)!s}"
-    return None
-
-
-_TYPE_CHECKS = {
-    FlagType.BOOL: _check_bool,
-    FlagType.INT: _check_int,
-    FlagType.FLOAT: _check_float,
-    FlagType.STRING: _check_string,
-    FlagType.ENUM: _check_enum,
-    FlagType.LIST: _check_list,
-}
+class UnknownGroupError(UsageError):
+    """A group name the catalog does not hold."""
 
 
 class Catalog:
-    """The flags autotune knows, looked up by name.
+    """The flags autotune knows, looked up by name, and the groups they form.
 
     Args:
         flags: the entries; names must be unique.
+        groups: group name -> the flags that must be set together.
 
     Raises:
-        ValueError: two entries share a name.
+        ValueError: two entries share a name, or a group member, an `overrides`
+            name or an `obsolete.replaced_by` name is not an entry.
     """
 
-    def __init__(self, flags: Iterable[FlagSpec]) -> None:
+    def __init__(self, flags: Iterable[FlagSpec],
+                 groups: Mapping[str, GroupSpec] | None = None) -> None:
         self._flags: dict[str, FlagSpec] = {}
         for spec in flags:
             if spec.name in self._flags:
                 raise ValueError(f"flag {spec.name!r} is in the catalog twice")
             self._flags[spec.name] = spec
+        self._groups: dict[str, GroupSpec] = dict(groups or {})
+        self._check_references()
+
+    def _check_references(self) -> None:
+        for group, members in self._groups.items():
+            self._require(members.flags, f"group {group!r} lists")
+        for spec in self._flags.values():
+            self._require(spec.overrides, f"flag {spec.name!r} overrides")
+            if spec.obsolete is not None and spec.obsolete.replaced_by is not None:
+                self._require((spec.obsolete.replaced_by,), f"flag {spec.name!r} is replaced by")
+
+    def _require(self, names: Iterable[str], what: str) -> None:
+        missing = [name for name in names if name not in self._flags]
+        if missing:
+            raise ValueError(f"{what} {', '.join(map(repr, missing))}, not in the catalog")
 
     def get(self, name: str) -> FlagSpec:
         """Return the entry of flag `name` (without the leading `--`).
@@ -208,6 +107,27 @@ class Catalog:
         """The known flag name nearest to `name`, or None when nothing is close."""
         matches = difflib.get_close_matches(name.lstrip("-"), self._flags, n=1, cutoff=0.6)
         return matches[0] if matches else None
+
+    def groups(self) -> dict[str, GroupSpec]:
+        """Group name -> group, in file order (a copy: changing it changes nothing here)."""
+        return dict(self._groups)
+
+    def group_members(self, group: str) -> tuple[str, ...]:
+        """The flags of group `group`, in the order the catalog lists them.
+
+        Raises:
+            UnknownGroupError: no group has that name.
+        """
+        try:
+            return self._groups[group].flags
+        except KeyError:
+            known = ", ".join(self._groups) or "none"
+            raise UnknownGroupError(
+                f"unknown flag group '{group}'. Known groups: {known}.") from None
+
+    def groups_of(self, name: str) -> list[str]:
+        """The names of the groups flag `name` belongs to (empty when none), in file order."""
+        return [group for group, spec in self._groups.items() if name in spec.flags]
 
     def __contains__(self, name: object) -> bool:
         return name in self._flags
@@ -232,13 +152,14 @@ class _CatalogFile(BaseModel):
 
     schema_version: Literal[1]
     flags: list[dict[str, Any]]
+    groups: dict[str, dict[str, Any]] = {}
 
 
 def parse_catalog(text: str, origin: str = _CATALOG_FILE) -> Catalog:
     """Build a catalog from the text of a catalog YAML file.
 
     Args:
-        text: the YAML text (`schema_version: 1`, `flags: [...]`).
+        text: the YAML text (`schema_version: 1`, `flags: [...]`, optional `groups: {...}`).
         origin: the file name used in error messages.
 
     Raises:
@@ -246,7 +167,9 @@ def parse_catalog(text: str, origin: str = _CATALOG_FILE) -> Catalog:
     """
     try:
         document = _CatalogFile.model_validate(yaml.safe_load(text))
-        return Catalog(_parse_entry(i, entry) for i, entry in enumerate(document.flags))
+        flags = [_parse_entry(i, entry) for i, entry in enumerate(document.flags)]
+        groups = {name: _parse_group(name, group) for name, group in document.groups.items()}
+        return Catalog(flags, groups)
     except (yaml.YAMLError, ValidationError, ValueError) as exc:
         raise AutotuneError(
             f"{origin}: the flag catalog is malformed: {exc}. This is a bug in autotune's "
@@ -260,6 +183,13 @@ def _parse_entry(index: int, entry: dict[str, Any]) -> FlagSpec:
     except ValidationError as exc:
         label = entry.get("name", "?")
         raise ValueError(f"flags[{index}] ({label}): {exc}") from exc
+
+
+def _parse_group(name: str, group: dict[str, Any]) -> GroupSpec:
+    try:
+        return GroupSpec.model_validate(group)
+    except ValidationError as exc:
+        raise ValueError(f"groups.{name}: {exc}") from exc
 
 
 @functools.cache

@@ -158,6 +158,7 @@ class StudyRow(Base):
     preset: Mapped[str] = mapped_column(String(255))
     devices: Mapped[int] = mapped_column(Integer)
     mode: Mapped[str] = mapped_column(String(16))
+    space_backend: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
 
     SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode")
@@ -180,6 +181,7 @@ class StudyRow(Base):
             devices=self.devices,
             mode=MeasureMode(self.mode),
             created_at=_aware(self.created_at),
+            space_backend=self.space_backend,
         )
 
 

@@ -313,8 +313,12 @@ class Store:
         preset: str,
         devices: int,
         mode: MeasureMode | str,
+        space_backend: str | None = None,
     ) -> StudyRecord:
         """Create the study, or return it if it exists with the same settings.
+
+        `space_backend` (the backend the space's flags are for) is kept for
+        reports; it is not a setting that must match on resume.
 
         Raises:
             StudyMismatchError: the study exists with a different space,
@@ -327,6 +331,7 @@ class Store:
             preset=preset,
             devices=devices,
             mode=str(MeasureMode(mode)),
+            space_backend=space_backend,
         )
         existing = self._get_or_insert(lambda session: _study_named(session, name), wanted)
         _check_same_settings(existing, wanted)

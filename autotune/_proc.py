@@ -1,0 +1,106 @@
+"""Run a child process safely and read what XLA printed (bottom layer: no autotune imports
+beyond records).
+
+Used by the trial launcher and by the flag probe. A child runs without a shell,
+in its own session, under a hard time limit; on timeout its whole process
+group is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.records import OutcomeKind
+
+TAIL_BYTES = 4000
+_UNKNOWN_FLAG = re.compile(r"Unknown flags? in (?:XLA_FLAGS|LIBTPU_INIT_ARGS): ?(.*)")
+_ILLEGAL_VALUE = re.compile(r"Illegal value for (--\S+) ('[^']*')")
+_UNINTERPRETABLE = re.compile(r"Couldn't interpret value (\S*) for flag (\S+?)\.?$", re.M)
+
+
+def _tail(path: Path) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    return data[-TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+def _head(path: Path, size: int = 64_000) -> str:
+    with open(path, "rb") as fh:
+        return fh.read(size).decode("utf-8", errors="replace")
+
+
+def classify_stderr(stderr: str) -> tuple[OutcomeKind, str] | None:
+    """Recognise XLA's flag-parsing aborts in a child's stderr."""
+    if match := _UNKNOWN_FLAG.search(stderr):
+        return OutcomeKind.UNKNOWN_FLAG, f"XLA does not know: {match.group(1).strip()}"
+    if match := _ILLEGAL_VALUE.search(stderr):
+        return OutcomeKind.INVALID_VALUE, f"illegal value {match.group(2)} for {match.group(1)}"
+    if match := _UNINTERPRETABLE.search(stderr):
+        flag = match.group(2)
+        return OutcomeKind.INVALID_VALUE, f"illegal value '{match.group(1)}' for --{flag}"
+    return None
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int | None
+    timed_out: bool
+    duration_s: float
+    stdout: str
+    stderr: str
+    stderr_head: str = ""
+
+
+def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float) -> Finished:
+    """Run `argv` without a shell, in its own session, under a hard time limit.
+
+    On timeout the whole process group is killed with SIGKILL. stdout and stderr
+    go to files in `cwd` so a chatty child cannot block on a full pipe.
+    """
+    out_path, err_path = cwd / "stdout.txt", cwd / "stderr.txt"
+    start = time.monotonic()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            argv, env=dict(env), cwd=cwd, stdout=out, stderr=err,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:  # Ctrl-C in the parent: take the child down too
+            _kill_group(proc)
+            raise
+    return Finished(
+        returncode=None if timed_out else proc.returncode,
+        timed_out=timed_out,
+        duration_s=time.monotonic() - start,
+        stdout=_tail(out_path),
+        stderr=_tail(err_path),
+        stderr_head=_head(err_path),
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+

@@ -1,0 +1,44 @@
+"""The `autotune` command line: the only package that imports typer.
+
+Commands are registered here, explicitly, from the modules that implement
+them. Every AutotuneError ends as one line on stderr and its exit code
+(see `_common.friendly`).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from autotune.cli import catalog, results, study
+from autotune.cli._common import friendly
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find the best XLA flags for a JAX workload, measured honestly.")
+spaces_app = typer.Typer(no_args_is_help=True, help="Search spaces.")
+benchmarks_app = typer.Typer(no_args_is_help=True, help="Built-in benchmark workloads.")
+db_app = typer.Typer(no_args_is_help=True, help="The results database.")
+flags_app = typer.Typer(no_args_is_help=True, help="The flag catalog, checked against this XLA.")
+app.add_typer(flags_app, name="flags")
+app.add_typer(spaces_app, name="spaces")
+app.add_typer(benchmarks_app, name="benchmarks")
+app.add_typer(db_app, name="db")
+
+app.command("study")(friendly(study.study))
+app.command("best")(friendly(results.best))
+app.command("export")(friendly(results.export))
+app.command("studies")(friendly(results.studies))
+spaces_app.command("list")(friendly(catalog.spaces_list))
+spaces_app.command("show")(friendly(catalog.spaces_show))
+spaces_app.command("validate")(friendly(catalog.spaces_validate))
+flags_app.command("list")(friendly(catalog.flags_list))
+flags_app.command("show")(friendly(catalog.flags_show))
+# Flag strings start with "--": let them through as arguments, not options.
+flags_app.command("check", context_settings={"ignore_unknown_options": True})(
+    friendly(catalog.flags_check))
+benchmarks_app.command("list")(friendly(catalog.benchmarks_list))
+db_app.command("upgrade")(friendly(results.db_upgrade))
+
+
+def main() -> None:
+    """Console entry point."""
+    app()

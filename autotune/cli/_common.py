@@ -1,0 +1,79 @@
+"""Shared pieces of the command line: consoles, error mapping, storage option, formatting.
+
+The `autotune.cli` package is the only place that imports typer.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError, StudyNotFoundError
+
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+# Piped output (CI logs, files) gets a wide table instead of rich's 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+StorageOpt = Annotated[str, typer.Option(
+    "--storage", envvar="AUTOTUNE_STORAGE",
+    help="Database URL: sqlite:///file.db (default ./autotune.db) or postgresql://...")]
+
+
+def sqlite_file(url: str) -> Path | None:
+    prefix = "sqlite:///"
+    return Path(url[len(prefix):]) if url.startswith(prefix) and url != prefix else None
+
+
+def open_store(url: str, must_exist: bool) -> Any:
+    """Open (and migrate) the store; for read commands a missing SQLite file is an error."""
+    from autotune.storage.store import Store
+
+    file = sqlite_file(url)
+    if must_exist and file is not None and not file.exists():
+        raise StudyNotFoundError(
+            f"no database at {file}: run `autotune study ...` first, or pass --storage URL"
+        )
+    return Store.open(url)
+
+
+def friendly(func: Callable[..., None]) -> Callable[..., None]:
+    """Turn AutotuneError into one line on stderr and its exit code; Ctrl-C into 130."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            func(*args, **kwargs)
+        except AutotuneError as exc:
+            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted: every finished trial is kept; "
+                      "run the same command to continue")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{n} B"
+
+
+def fmt_flags(flags: dict[str, Any], sep: str = "\n") -> str:
+    """`name=value` per flag, sorted, joined by `sep` ("(defaults)" when empty)."""
+    from autotune.flags.compose import render_value
+
+    return sep.join(f"{k}={render_value(v)}" for k, v in sorted(flags.items())) or "(defaults)"

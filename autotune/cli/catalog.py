@@ -1,0 +1,193 @@
+"""`autotune spaces`, `flags` and `benchmarks`: what can be tuned, checked against this XLA."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.cli._common import fmt_flags, out
+
+
+def spaces_list() -> None:
+    """List the built-in search spaces."""
+    from rich.table import Table
+
+    from autotune import spaces
+
+    table = Table("space", "backend", "parameters", "configurations", "description")
+    for space_name in spaces.list_spaces():
+        sp = spaces.load_space(space_name)
+        size = sp.size()
+        table.add_row(sp.name, sp.backend, str(len(sp.params)), "-" if size is None else str(size),
+                      sp.description.strip().splitlines()[0] if sp.description else "")
+    out.print(table)
+
+
+def benchmarks_list() -> None:
+    """List the built-in benchmarks."""
+    from rich.table import Table
+
+    from autotune.workloads import list_benchmarks
+
+    table = Table("benchmark", "description", "file")
+    for info in list_benchmarks():
+        table.add_row(info.name, info.description, str(info.path))
+    out.print(table)
+
+
+def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML file.")]) -> None:
+    """Show a space's parameters, their candidates and where each comes from."""
+    from rich.table import Table
+
+    from autotune import spaces
+
+    sp = spaces.load_space(name)
+    size = sp.size()
+    out.print(f"[bold]{sp.name}[/] ({sp.backend}, {len(sp.params)} parameters, "
+              f"{'continuous' if size is None else f'{size} configurations'})")
+    out.print(sp.description.strip(), highlight=False)
+    table = Table("parameter", "candidates", "source")
+    for param in sp.params.values():
+        cond = sp.conditions.get(param.name)
+        when = f"\nonly when {_fmt_when(cond)}" if cond else ""
+        table.add_row(param.flag, param.describe() + when, param.source)
+    out.print(table)
+    for group in sp.groups.values():
+        out.print(f"group {group.name}: {', '.join(group.params)} switched on together "
+                  f"({group.description})", highlight=False)
+    if sp.fixed:
+        out.print(f"fixed: {fmt_flags(dict(sp.fixed), ' ')}", highlight=False)
+    rec = sp.recommended_config()
+    out.print(f"recommended: {fmt_flags(rec, ' ') if rec else '(none documented)'}",
+              highlight=False)
+
+
+def _fmt_when(cond: Any) -> str:
+    return " and ".join(f"{k}={v}" for k, v in cond.items())
+
+
+def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file.")]) -> None:
+    """Validate a space file (yours or a built-in one) against the schema and the catalog."""
+    from autotune import spaces
+
+    sp = spaces.load_space(str(file))
+    size = sp.size()
+    out.print(f"{file}: valid space '{sp.name}' ({sp.backend}), {len(sp.params)} parameters, "
+              f"{'continuous' if size is None else f'{size} configurations'}", highlight=False)
+
+
+def flags_list(
+    backend: Annotated[str | None, typer.Option(help="gpu, tpu, cpu or any.")] = None,
+    channel: Annotated[str | None, typer.Option(help="xla_flags, libtpu or env.")] = None,
+    space: Annotated[str | None, typer.Option(help="Only the flags of this space.")] = None,
+) -> None:
+    """List the flags autotune knows, with documented default and recommended values."""
+    from rich.table import Table
+
+    from autotune import spaces
+    from autotune.flags.catalog import load_catalog
+
+    catalog = load_catalog()
+    only = spaces.load_space(space).flags() if space else None
+    table = Table("flag", "type", "default", "recommended", "backend", "channel", "status")
+    for spec in catalog:
+        wanted = (backend in (None, spec.backend.value) and channel in (None, spec.channel.value)
+                  and (only is None or spec.name in only))
+        if not wanted:
+            continue
+        table.add_row(spec.name, spec.type.value, _show(spec.default), _show(spec.recommended),
+                      spec.backend.value, spec.channel.value, _status(spec))
+    out.print(table)
+
+
+def _show(value: Any) -> str:
+    from autotune.flags.compose import render_value
+
+    return "-" if value is None else render_value(value)
+
+
+def _status(spec: Any) -> str:
+    if spec.obsolete is not None:
+        return "obsolete" + (f" → {spec.obsolete.replaced_by}" if spec.obsolete.replaced_by else "")
+    return "no effect" if spec.no_effect else ""
+
+
+def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name.")]) -> None:
+    """Everything the catalog knows about one flag, and what the installed XLA says."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.probe import probe
+
+    catalog = load_catalog()
+    spec = catalog.get(name.removeprefix("--"))
+    for key, value in spec.model_dump(exclude_none=True).items():
+        out.print(f"{key:>14}: {value}", highlight=False)
+    with out.status("asking the installed XLA..."):
+        report = probe(catalog, extra=[spec.name])
+    out.print(f"{'this XLA':>14}: {_probe_words(report, spec)}", highlight=False)
+
+
+def _probe_words(report: Any, spec: Any) -> str:
+    from autotune.flags.probe import FlagStatus
+
+    status = report.status(spec.name)
+    words = {
+        FlagStatus.ACCEPTED: f"accepted by XLA_FLAGS (jaxlib {report.jaxlib_version})",
+        FlagStatus.UNKNOWN: f"unknown to jaxlib {report.jaxlib_version}: a job with it aborts",
+        FlagStatus.CANNOT_CHECK: "cannot be checked here (libtpu is not installed)",
+        FlagStatus.NOT_XLA: "an environment variable, not an XLA flag: not checked",
+        FlagStatus.NOT_PROBED: "not probed",
+    }[status]
+    rejected = report.rejected_values.get(spec.name)
+    if rejected:
+        words += f"; rejects {', '.join(repr(v) for v in rejected)}"
+    if status is FlagStatus.ACCEPTED and spec.no_effect:
+        words += f"; but does nothing any more: {spec.no_effect}"
+    return words
+
+
+def flags_check(
+    flag_string: Annotated[list[str] | None, typer.Argument(
+        metavar="FLAGS", help="An XLA_FLAGS string, e.g. \"--xla_gpu_graph_level=0\".")] = None,
+    libtpu: Annotated[str, typer.Option(help="A LIBTPU_INIT_ARGS string.")] = "",
+    env: Annotated[bool, typer.Option(
+        "--env", help="Check $XLA_FLAGS and $LIBTPU_INIT_ARGS of this shell.")] = False,
+) -> None:
+    """Lint a flag string against the catalog and the installed XLA; exit 1 on findings."""
+    from autotune.errors import UsageError
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.lint import lint, parse_uses
+    from autotune.flags.probe import probe
+
+    text = " ".join(flag_string) if flag_string else None
+    if env:
+        text, libtpu = os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", "")
+    if text is None:
+        raise UsageError("give a flag string to check, e.g. autotune flags check "
+                         "\"--xla_gpu_graph_level=0\", or --env to check $XLA_FLAGS")
+    uses = parse_uses(text, libtpu)
+    catalog = load_catalog()
+    with out.status("asking the installed XLA..."):
+        report = probe(catalog, extra=sorted({u.name for u in uses}))
+    findings = lint(uses, catalog, report)
+    _print_findings(findings, len(uses), report.jaxlib_version)
+    if findings:
+        raise typer.Exit(1)
+
+
+def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
+    from rich.table import Table
+
+    if not findings:
+        out.print(f"{count} flags checked against jaxlib {jaxlib}: no findings")
+        return
+    table = Table("flag", "finding", "what is wrong", "fix")
+    for f in findings:
+        kind = f.kind.value + (" (aborts)" if f.would_abort else "")
+        table.add_row(f.flag, kind, f.message, f.fix)
+    out.print(table)
+    aborting = sum(f.would_abort for f in findings)
+    out.print(f"{count} flags checked against jaxlib {jaxlib}: {len(findings)} findings, "
+              f"{aborting} of which would abort the job at start", highlight=False)

@@ -1,0 +1,119 @@
+"""`autotune best`, `export`, `studies` and `db upgrade`: reading what studies measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, fmt_bytes, fmt_flags, open_store, out
+
+
+def print_best(store: Any, study_name: str, limit: int) -> None:
+    from rich.table import Table
+
+    from autotune.analysis import best_rows, outcome_counts
+    from autotune.flags.catalog import load_catalog
+
+    record = store.get_study(study_name)
+    runs = store.runs(study_name)
+    table = Table(title=f"{study_name}: {record.benchmark} ({record.preset}) on {record.space}")
+    for col in ("rank", "trial", "median step", "speedup", "peak memory", "same program"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("flags changed from defaults", overflow="fold")
+    for row in best_rows(runs, load_catalog(), limit=limit):
+        speed = f"×{row.speedup:.3f}" if row.speedup else "-"
+        table.add_row(
+            "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
+            f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
+            speed + (" (A/A)" if row.rank is None else ""),
+            fmt_bytes(row.peak_memory_bytes),
+            {True: "yes", False: "no", None: "-"}[row.same_program],
+            "-" if row.rank is None else fmt_flags(dict(row.changed)),
+        )
+    out.print(table)
+    counts = ", ".join(f"{k}: {v}" for k, v in sorted(outcome_counts(runs).items()))
+    sources = sorted({r.outcome.measurement.memory_source for r in runs
+                      if r.outcome.measurement is not None})
+    out.print(f"runs by outcome: {counts or 'none'}", highlight=False)
+    out.print("speedup = baseline median step time / trial median step time; paired trials time "
+              "both in one process (the baseline row is default vs default, the noise floor). "
+              "Not yet confirmed by re-measurement.", highlight=False)
+    out.print(f"peak memory from: {', '.join(sources) or '-'}", highlight=False)
+    _print_noise_note(best_rows(runs, load_catalog(), limit=1))
+    _print_backend_note(record, runs)
+
+
+def _print_backend_note(record: Any, runs: list[Any]) -> None:
+    """Say when the space's flags are for another backend than the trials ran on."""
+    from autotune.analysis import measured_backend
+
+    ran_on = measured_backend(runs)
+    if record.space_backend in (None, "any") or ran_on in (None, record.space_backend):
+        return
+    out.print(f"note: space '{record.space}' holds {record.space_backend} flags but the trials "
+              f"ran on {ran_on}: the flags had no effect to measure; differences are noise.",
+              highlight=False)
+
+
+def _print_noise_note(rows: list[Any]) -> None:
+    """Say when the best speedup is not outside the baseline's own A/A spread."""
+    base = next((r for r in rows if r.rank is None and r.speedup), None)
+    top = next((r for r in rows if r.rank == 1 and r.speedup), None)
+    if base is None or top is None:
+        return
+    noise = abs(base.speedup - 1)
+    if abs(top.speedup - 1) <= noise:
+        out.print(f"note: the best speedup ×{top.speedup:.3f} is within this study's noise floor "
+                  f"(baseline vs itself: ×{base.speedup:.3f}); no measurable gain on this "
+                  "workload so far.", highlight=False)
+
+
+def best(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    storage: StorageOpt = DEFAULT_STORAGE,
+    top: Annotated[int, typer.Option(min=1, help="How many configurations to show.")] = 10,
+) -> None:
+    """Show the best configurations of a study against its baseline."""
+    store = open_store(storage, must_exist=True)
+    print_best(store, study_name, limit=top)
+
+
+def export(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="YAML file to write.")]
+    = Path("best.yaml"),
+    rank: Annotated[int, typer.Option(min=1, help="Which configuration (1 = best).")] = 1,
+    storage: StorageOpt = DEFAULT_STORAGE,
+) -> None:
+    """Write the best configuration, how it was measured and on what, as YAML."""
+    from autotune.export import export_document, write_export
+    from autotune.flags.catalog import load_catalog
+
+    store = open_store(storage, must_exist=True)
+    record = store.get_study(study_name)
+    document = export_document(record, store.runs(study_name), load_catalog(), rank=rank)
+    write_export(document, output)
+    speed = document["measured"]["speedup"]
+    out.print(f"wrote {output}: trial {document['trial']}, ×{speed:.3f} vs baseline")
+    out.print(f"XLA_FLAGS additions: {document['xla_flags'] or '(none)'}", highlight=False)
+
+
+def studies(storage: StorageOpt = DEFAULT_STORAGE) -> None:
+    """List the studies in the database."""
+    from rich.table import Table
+
+    store = open_store(storage, must_exist=True)
+    table = Table("study", "space", "benchmark", "preset", "devices", "runs", "created")
+    for rec in store.list_studies():
+        table.add_row(rec.name, rec.space, rec.benchmark, rec.preset, str(rec.devices),
+                      str(len(store.runs(rec.name))), rec.created_at.strftime("%Y-%m-%d %H:%M"))
+    out.print(table)
+
+
+def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE) -> None:
+    """Migrate autotune's tables to the newest schema."""
+    store = open_store(storage, must_exist=False)
+    out.print(f"database at revision {store.current_revision()}")
+

@@ -1,0 +1,216 @@
+"""Check a flag string against the catalog and the installed XLA (`autotune flags check`).
+
+A finding is something a user should act on before the flags reach a job:
+a flag this XLA does not know (the job would abort at start), an obsolete flag
+and what replaces it, a flag that does nothing any more, a flag on the wrong
+channel, a value XLA rejects or the catalog's type does not allow, a group
+set only partly, a flag overridden by another, a flag given twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
+from autotune.flags.compose import parse_flag_string
+
+if TYPE_CHECKING:
+    from autotune.flags.probe import ProbeReport
+
+
+class FindingKind(StrEnum):
+    """What is wrong with a flag."""
+
+    UNKNOWN = "unknown"
+    OBSOLETE = "obsolete"
+    NO_EFFECT = "no_effect"
+    WRONG_CHANNEL = "wrong_channel"
+    BAD_VALUE = "bad_value"
+    PARTIAL_GROUP = "partial_group"
+    OVERRIDDEN = "overridden"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem with one flag, and what to do about it.
+
+    `would_abort` is True when the installed XLA refuses the flag or its value
+    at start-up: a job given this string would not run.
+    """
+
+    kind: FindingKind
+    flag: str
+    message: str
+    fix: str
+    would_abort: bool = False
+
+
+@dataclass(frozen=True)
+class FlagUse:
+    """One `--name[=value]` token and the variable it was read from."""
+
+    name: str
+    value: str | None
+    channel: Channel
+
+
+def parse_uses(xla_flags: str, libtpu_args: str = "") -> list[FlagUse]:
+    """The tokens of both strings, in order (raises the parser's error on junk)."""
+    uses = [FlagUse(n, v, Channel.XLA_FLAGS) for n, v in parse_flag_string(xla_flags)]
+    uses += [FlagUse(n, v, Channel.LIBTPU) for n, v in parse_flag_string(libtpu_args)]
+    return uses
+
+
+def typed_value(spec: FlagSpec, text: str | None) -> Any:
+    """The flag-string value as the catalog's type (a bare bool flag means true)."""
+    if text is None:
+        return True if spec.type is FlagType.BOOL else ""
+    try:
+        if spec.type is FlagType.BOOL:
+            return {"true": True, "false": False, "1": True, "0": False}.get(text.lower(), text)
+        if spec.type is FlagType.INT:
+            return int(text)
+        if spec.type is FlagType.FLOAT:
+            return float(text)
+    except ValueError:
+        return text
+    return text
+
+
+def lint(uses: list[FlagUse], catalog: Catalog, report: ProbeReport | None) -> list[Finding]:
+    """Every finding for `uses`, in the order of the tokens, then group and override checks."""
+    findings: list[Finding] = []
+    seen: dict[str, FlagUse] = {}
+    for use in uses:
+        if use.name in seen:
+            findings.append(_duplicate(use, seen[use.name]))
+        seen[use.name] = use
+        findings.extend(_check_one(use, catalog, report))
+    findings.extend(_partial_groups(seen, catalog))
+    findings.extend(_overridden(seen, catalog))
+    return findings
+
+
+def _duplicate(use: FlagUse, first: FlagUse) -> Finding:
+    return Finding(
+        FindingKind.DUPLICATE, use.name,
+        f"--{use.name} is given twice ({first.value!s} then {use.value!s}); the last one wins",
+        f"keep one --{use.name}",
+    )
+
+
+def _check_one(use: FlagUse, catalog: Catalog, report: ProbeReport | None) -> list[Finding]:
+    spec = catalog.get(use.name) if use.name in catalog else None
+    if spec is None:
+        return _uncatalogued(use, catalog, report)
+    if spec.obsolete is not None:
+        return [_obsolete(use, spec, report)]
+    found = _channel(use, spec)
+    found += _value(use, spec, report)
+    if spec.no_effect:
+        found.append(Finding(FindingKind.NO_EFFECT, use.name,
+                             f"--{use.name} is accepted but does nothing any more: "
+                             f"{spec.no_effect}", f"remove --{use.name}"))
+    return found
+
+
+def _unknown_to_xla(use: FlagUse, report: ProbeReport | None) -> bool:
+    return (report is not None and use.channel is Channel.XLA_FLAGS
+            and use.name in report.unknown)
+
+
+def _uncatalogued(use: FlagUse, catalog: Catalog, report: ProbeReport | None) -> list[Finding]:
+    if not _unknown_to_xla(use, report):
+        return []  # accepted by this XLA (or not checkable): nothing to say
+    close = catalog.closest(use.name)
+    hint = f"; did you mean --{close}?" if close else ""
+    return [Finding(FindingKind.UNKNOWN, use.name,
+                    f"this XLA does not know --{use.name}: a job with it aborts at start{hint}",
+                    f"remove --{use.name}", would_abort=True)]
+
+
+def _obsolete(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> Finding:
+    assert spec.obsolete is not None
+    old = spec.obsolete
+    replaced = f"; use --{old.replaced_by} instead" if old.replaced_by else ""
+    aborts = _unknown_to_xla(use, report)
+    tail = " This XLA does not know it: a job with it aborts at start." if aborts else ""
+    return Finding(
+        FindingKind.OBSOLETE, use.name,
+        f"--{use.name} is obsolete ({old.since}): {old.note}{replaced}.{tail}",
+        f"replace it with --{old.replaced_by}" if old.replaced_by else f"remove --{use.name}",
+        would_abort=aborts,
+    )
+
+
+def _channel(use: FlagUse, spec: FlagSpec) -> list[Finding]:
+    if spec.channel is use.channel:
+        return []
+    if spec.channel is Channel.ENV:
+        where, fix = "an environment variable", f"export {use.name}=..."
+    elif spec.channel is Channel.LIBTPU:
+        where, fix = "a libtpu flag", f"move --{use.name} to LIBTPU_INIT_ARGS"
+    else:
+        return []  # libtpu also parses XLA's own flags
+    return [Finding(FindingKind.WRONG_CHANNEL, use.name,
+                    f"--{use.name} is {where}, not an {use.channel.value.upper()} flag", fix,
+                    would_abort=use.channel is Channel.XLA_FLAGS
+                    and spec.channel is Channel.LIBTPU)]
+
+
+def _value(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> list[Finding]:
+    if use.value is None and spec.type is not FlagType.BOOL:
+        return [Finding(FindingKind.BAD_VALUE, use.name,
+                        f"--{use.name} has no value; XLA reads a bare --{use.name} as an "
+                        "unknown flag and aborts", f"write --{use.name}=VALUE",
+                        would_abort=True)]
+    rejected = report.rejected_values.get(use.name, {}) if report else {}
+    if use.value is not None and use.value in rejected:
+        return [Finding(FindingKind.BAD_VALUE, use.name,
+                        f"this XLA rejects --{use.name}={use.value}: {rejected[use.value]}",
+                        _value_fix(spec), would_abort=True)]
+    problem = spec.check_value(typed_value(spec, use.value))
+    if problem:
+        return [Finding(FindingKind.BAD_VALUE, use.name, f"--{use.name}: {problem}",
+                        _value_fix(spec))]
+    return []
+
+
+def _value_fix(spec: FlagSpec) -> str:
+    if spec.values:
+        return f"use one of: {', '.join(spec.values)}"
+    return f"give a {spec.type.value} value"
+
+
+def _partial_groups(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Finding]:
+    for name, group in catalog.groups().items():
+        members = tuple(group.flags)
+        given = [m for m in members if m in seen]
+        if given and len(given) < len(members):
+            missing = [m for m in members if m not in seen]
+            yield Finding(
+                FindingKind.PARTIAL_GROUP, given[0],
+                f"group '{name}' ({group.description}) is set only partly: "
+                f"missing {', '.join('--' + m for m in missing)}",
+                "set all of the group's flags together, or none",
+            )
+
+
+def _overridden(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Finding]:
+    for use in seen.values():
+        spec = catalog.get(use.name) if use.name in catalog else None
+        if spec is None or not spec.overrides:
+            continue
+        if spec.overrides_when is not None and typed_value(spec, use.value) != spec.overrides_when:
+            continue
+        for victim in spec.overrides:
+            if victim in seen:
+                yield Finding(
+                    FindingKind.OVERRIDDEN, victim,
+                    f"--{victim} is overridden by --{use.name}={use.value or 'true'}",
+                    f"drop one of --{victim} and --{use.name}",
+                )
