@@ -128,6 +128,9 @@ def test_cli_exit_codes_and_words(monkeypatch):
     monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
     from_env = runner.invoke(app, ["flags", "check", "--env"])
     assert from_env.exit_code == 1 and "xla_gpu_graph_level" in from_env.output
+    tpu = runner.invoke(app, ["flags", "check", "--libtpu", "--xla_tpu_rwb_fusion=false"])
+    assert tpu.exit_code == 0
+    assert "cannot be checked here (libtpu is not installed): --xla_tpu_rwb_fusion" in tpu.output
     junk = runner.invoke(app, ["flags", "check", "xla_no_dashes=1"])
     assert junk.exit_code == 2 and "Traceback" not in junk.output
 

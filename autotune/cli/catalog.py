@@ -173,8 +173,18 @@ def flags_check(
         report = probe(catalog, extra=sorted({u.name for u in uses}))
     findings = lint(uses, catalog, report)
     _print_findings(findings, len(uses), report.jaxlib_version)
+    _print_unchecked(uses, report)
     if findings:
         raise typer.Exit(1)
+
+
+def _print_unchecked(uses: list[Any], report: Any) -> None:
+    from autotune.flags.probe import FlagStatus
+
+    tpu = sorted({u.name for u in uses if report.status(u.name) is FlagStatus.CANNOT_CHECK})
+    if tpu:
+        out.print(f"cannot be checked here (libtpu is not installed): "
+                  f"{', '.join('--' + n for n in tpu)}", highlight=False)
 
 
 def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
