@@ -164,6 +164,8 @@ def flags_check(
     text = " ".join(flag_string) if flag_string else None
     if env:
         text, libtpu = os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", "")
+    if text is None and libtpu:
+        text = ""
     if text is None:
         raise UsageError("give a flag string to check, e.g. autotune flags check "
                          "\"--xla_gpu_graph_level=0\", or --env to check $XLA_FLAGS")
