@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,17 @@ def classify_stderr(stderr: str) -> tuple[OutcomeKind, str] | None:
     return None
 
 
+_OOM = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|std::bad_alloc|MemoryError|Cannot allocate")
+
+
+def looks_like_oom(stderr: str) -> str | None:
+    """The line of `stderr` that says memory ran out, if any."""
+    for line in stderr.splitlines():
+        if _OOM.search(line):
+            return line.strip()[:300]
+    return None
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -64,18 +76,23 @@ class Finished:
     stderr_head: str = ""
 
 
-def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float) -> Finished:
+def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float,
+                memory_limit_bytes: int | None = None, workdir: Path | None = None) -> Finished:
     """Run `argv` without a shell, in its own session, under a hard time limit.
 
     On timeout the whole process group is killed with SIGKILL. stdout and stderr
     go to files in `cwd` so a chatty child cannot block on a full pipe.
+    `memory_limit_bytes` caps the child's address space (RLIMIT_AS), so a
+    configuration that needs too much memory fails alone instead of taking the
+    machine down. The logs go to `cwd`; the child runs in `workdir` (default `cwd`).
     """
     out_path, err_path = cwd / "stdout.txt", cwd / "stderr.txt"
     start = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(
-            argv, env=dict(env), cwd=cwd, stdout=out, stderr=err,
+            argv, env=dict(env), cwd=workdir or cwd, stdout=out, stderr=err,
             stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_limit_memory(memory_limit_bytes),
         )
         timed_out = False
         try:
@@ -94,6 +111,16 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
         stderr=_tail(err_path),
         stderr_head=_head(err_path),
     )
+
+
+def _limit_memory(limit: int | None) -> Callable[[], None] | None:
+    if limit is None:
+        return None
+
+    def apply() -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

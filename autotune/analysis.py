@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.confirm import Confirmation, confirmation
 from autotune.records import FlagValue, Role, RunRecord
 
 
@@ -23,6 +24,21 @@ class BestRow:
     rank: int | None
     run: RunRecord
     changed: Mapping[str, FlagValue]
+    confirmation: Confirmation | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        """Re-measured in the confirmation phase (or found to be the baseline's program)."""
+        c = self.confirmation
+        return c is not None and (c.estimate is not None or c.same_program)
+
+    @property
+    def claimed_speedup(self) -> float | None:
+        """The confirmed speedup where there is one, else the search's own figure."""
+        c = self.confirmation
+        if c is not None and c.estimate is not None:
+            return c.estimate.speedup
+        return 1.0 if c is not None and c.same_program else self.run.speedup
 
     @property
     def speedup(self) -> float | None:
@@ -70,14 +86,27 @@ def ranked(runs: list[RunRecord]) -> list[RunRecord]:
     return list(best.values())
 
 
+def confirmed_order(runs: list[RunRecord]) -> list[tuple[RunRecord, Confirmation | None]]:
+    """`ranked(runs)` reordered by what the confirmation phase found.
+
+    Configurations with a confirmed estimate come first, fastest confirmed
+    first; then the rest in the search's order. A search winner that was luck
+    therefore drops below one the re-measurement upholds.
+    """
+    pairs = [(run, confirmation(runs, run)) for run in ranked(runs)]
+    confirmed = sorted((p for p in pairs if p[1] is not None and p[1].estimate is not None),
+                       key=lambda p: p[1].estimate.ratio)  # type: ignore[union-attr]
+    return confirmed + [p for p in pairs if p[1] is None or p[1].estimate is None]
+
+
 def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10) -> list[BestRow]:
     """The baseline row (if measured) followed by the `limit` best configurations."""
     rows: list[BestRow] = []
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if baseline is not None:
         rows.append(BestRow(None, baseline, {}))
-    for rank, run in enumerate(ranked(runs)[:limit], start=1):
-        rows.append(BestRow(rank, run, changed_flags(run.flags, catalog)))
+    for rank, (run, conf) in enumerate(confirmed_order(runs)[:limit], start=1):
+        rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf))
     return rows
 
 

@@ -54,12 +54,21 @@ class MeasureSettings:
 
     `compiler_options` None means DIRECT mode (the configuration is already in
     XLA_FLAGS); a dict means PAIRED mode (baseline and candidate compiled here).
+
+    Warm-up: after the first step (recorded apart as `first_step_time_s`), at
+    least `warmup` and at most `max(warmup, max_warmup)` warm-up steps run (per
+    executable); warming stops early once the last `settle_window` warm-up
+    times lie within `settle_tolerance` of their median (`autotune.stats.settled`;
+    in PAIRED mode both executables must have settled).
     """
 
     steps: int = 20
-    warmup: int = 3
+    warmup: int = 2
     compiler_options: dict[str, Any] | None = None
     dump_dir: str | None = None
+    max_warmup: int = 30
+    settle_window: int = 5
+    settle_tolerance: float = 0.05
 
     @classmethod
     def from_env(cls, environ: dict[str, str]) -> MeasureSettings:
@@ -233,23 +242,27 @@ def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
 
 
 def _time_direct(compiled: Any, args: tuple[Any, ...], s: MeasureSettings) -> dict[str, Any]:
-    """Warm up, then time `s.steps` steps of one executable."""
+    """Warm up until settled (see MeasureSettings), then time `s.steps` steps of one executable."""
     first, out = _run_once(compiled, args)
-    for _ in range(max(s.warmup - 1, 0)):
-        _run_once(compiled, args)
+    (warm,), settled = _warm_up([compiled], args, s)
     times = [_run_once(compiled, args)[0] for _ in range(s.steps)]
-    return {"first_step_time_s": first, "step_times_s": times, "checksum": checksum(out)}
+    return {
+        "first_step_time_s": first,
+        "warmup_steps": len(warm),
+        "warmup_settled": settled,
+        "warmup_times_s": warm,
+        "step_times_s": times,
+        "checksum": checksum(out),
+    }
 
 
 def _time_paired(
     base: Any, cand: Any, args: tuple[Any, ...], s: MeasureSettings
 ) -> dict[str, Any]:
-    """Warm up both, then alternate their steps in A B B A order to cancel drift."""
+    """Warm up both until settled, then alternate their steps in A B B A order to cancel drift."""
     first, out = _run_once(cand, args)
-    _, base_out = _run_once(base, args)
-    for _ in range(max(s.warmup - 1, 0)):
-        _run_once(base, args)
-        _run_once(cand, args)
+    base_first, base_out = _run_once(base, args)
+    (base_warm, cand_warm), settled = _warm_up([base, cand], args, s)
     base_times: list[float] = []
     cand_times: list[float] = []
     for i in range(s.steps):
@@ -258,11 +271,38 @@ def _time_paired(
             sink.append(_run_once(exe, args)[0])
     return {
         "first_step_time_s": first,
+        "baseline_first_step_time_s": base_first,
+        "warmup_steps": len(cand_warm),
+        "warmup_settled": settled,
+        "warmup_times_s": cand_warm,
+        "baseline_warmup_times_s": base_warm,
         "step_times_s": cand_times,
         "baseline_step_times_s": base_times,
         "checksum": checksum(out),
         "baseline_checksum": checksum(base_out),
     }
+
+
+def _warm_up(
+    exes: list[Any], args: tuple[Any, ...], s: MeasureSettings
+) -> tuple[list[list[float]], bool]:
+    """Warm-up rounds (one step of each executable, A B B A order) until all settled.
+
+    Runs at least `s.warmup` and at most `max(s.warmup, s.max_warmup)` rounds;
+    returns each executable's warm-up times and whether all had settled.
+    """
+    from autotune.stats import settled
+
+    times: list[list[float]] = [[] for _ in exes]
+    window, cap = max(s.settle_window, 1), max(s.warmup, s.max_warmup)
+    while True:
+        done = all(settled(t, window, s.settle_tolerance) for t in times)
+        rounds = len(times[0])
+        if rounds >= cap or (done and rounds >= s.warmup):
+            return times, done
+        order = range(len(exes)) if rounds % 2 == 0 else reversed(range(len(exes)))
+        for k in order:
+            times[k].append(_run_once(exes[k], args)[0])
 
 
 def _versions() -> dict[str, Any]:
@@ -306,11 +346,40 @@ def measure(work: Workload, s: MeasureSettings) -> dict[str, Any]:
         )
         result["baseline_fingerprint"] = program_fingerprint(_subdir(s.dump_dir, "baseline"))
         result.update(_time_paired(base, cand, work.args, s))
+        result.update(_numerics(cand, base, work.args))
     else:
         result.update(_time_direct(cand, work.args, s))
+        result.update(_numerics(cand, None, work.args))
     result["hlo_stats"] = hlo_stats(cand)
     result.update(memory_figures(cand, direct=not paired))
     return result
+
+
+def _numerics(cand: Any, base: Any | None, args: tuple[Any, ...]) -> dict[str, Any]:
+    """Facts for the numerics guard; in PAIRED mode also the verdict against the baseline.
+
+    One more step of each executable gives outputs to compare leaf by leaf. The
+    lowest-precision float dtype and the sum of |x| let the parent compare
+    checksums of DIRECT-mode runs from separate processes.
+    """
+    import jax
+    import numpy as np
+
+    from autotune import numerics
+
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(_run_once(cand, args)[1])]
+    floats = [str(x.dtype) for x in leaves if "float" in str(x.dtype)]
+    body: dict[str, Any] = {
+        "output_dtype": min(floats, key=numerics.tolerance, default="") if floats else "",
+        "abs_sum": float(sum(np.abs(x.astype(np.float64)).sum() for x in leaves)),
+    }
+    if base is not None:
+        base_leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(_run_once(base, args)[1])]
+        verdict = numerics.compare_arrays(leaves, base_leaves)
+        body["numerics"] = verdict
+        if not verdict["ok"]:
+            body.update(status="numerics_mismatch", message=numerics.describe_mismatch(verdict))
+    return body
 
 
 def _write(path: str | None, body: dict[str, Any]) -> None:
@@ -333,15 +402,34 @@ def run_file(path: str, preset: str, environ: dict[str, str]) -> int:
     parent reads the kind from the file. Faults outside the measured code
     (a missing file, a bad contract) also end up in the file as compile_error.
     """
+    return _measure_to_file(lambda: build_workload(path, preset), environ)
+
+
+def report(work: Workload | Callable[[], Workload]) -> int:
+    """Measure a workload from your own program, for `autotune study --command`.
+
+    Call it where your program has built its step and arguments (or pass a
+    function that builds them). It reads the settings the parent passed in
+    `AUTOTUNE_MEASURE`, measures, writes the result to `AUTOTUNE_RESULT` (or
+    prints it when unset) and returns 0; the configuration under test reaches
+    the process through XLA_FLAGS or, in paired mode, the settings.
+    """
+    import os
+
+    return _measure_to_file(work if callable(work) else (lambda: work), dict(os.environ))
+
+
+def _measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> int:
     settings = MeasureSettings.from_env(environ)
     body: dict[str, Any] = {"status": "ok", "message": ""}
     try:
         body.update(_versions())
-        body.update(measure(build_workload(path, preset), settings))
+        body.update(measure(build(), settings))
     except _Failure as failure:
         body.update(status=failure.kind, message=str(failure)[-4000:])
-    except Exception as exc:  # the workload's own bug: a result, reported with its text
-        body.update(status="compile_error", message=f"{type(exc).__name__}: {exc}"[-4000:])
+    except Exception as exc:  # the workload's own failure (OOM while building, a bug...)
+        classified = _classify_exception(exc)
+        body.update(status=classified.kind, message=str(classified)[-4000:])
     _write(environ.get(RESULT_ENV), body)
     return 0
 

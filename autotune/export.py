@@ -13,14 +13,29 @@ from typing import Any
 
 import yaml
 
-from autotune.analysis import changed_flags, ranked
+from autotune.analysis import changed_flags, confirmed_order
+from autotune.confirm import Confirmation
 from autotune.errors import ExportError
 from autotune.records import Role, RunRecord, StudyRecord
 
 EXPORT_SCHEMA_VERSION = 1
 
 
-def _measured(run: RunRecord, baseline: RunRecord | None) -> dict[str, Any]:
+def _claim(conf: Confirmation | None, run: RunRecord) -> dict[str, Any]:
+    """The speedup to claim: the confirmation's, with its interval, else the search's."""
+    if conf is not None and conf.estimate is not None:
+        low, high = conf.estimate.speedup_interval
+        return {"speedup": conf.estimate.speedup, "speedup_interval": [low, high],
+                "confidence": conf.estimate.confidence, "confirmed": True,
+                "confirmation_runs": conf.runs, "verdict": conf.verdict()}
+    same = conf is not None and conf.same_program
+    return {"speedup": 1.0 if same else run.speedup, "speedup_interval": None,
+            "confidence": None, "confirmed": same, "confirmation_runs": 0,
+            "verdict": "no measurable gain" if same else "not confirmed"}
+
+
+def _measured(run: RunRecord, baseline: RunRecord | None,
+              conf: Confirmation | None) -> dict[str, Any]:
     m = run.outcome.measurement
     assert m is not None
     base_m = baseline.outcome.measurement if baseline else None
@@ -28,9 +43,8 @@ def _measured(run: RunRecord, baseline: RunRecord | None) -> dict[str, Any]:
         "median_step_time_s": m.median_s,
         "baseline_median_step_time_s": m.baseline_median_s
         or (base_m.median_s if base_m else None),
-        "speedup": run.speedup,
-        "speedup_interval": None,
-        "confirmed": False,
+        **_claim(conf, run),
+        "search_speedup": run.speedup,
         "mode": m.mode.value,
         "steps": len(m.step_times_s),
         "compile_time_s": m.compile_time_s,
@@ -66,13 +80,13 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
     """
     from autotune.flags.compose import compose_env, xla_flags_string
 
-    order = ranked(runs)
+    order = confirmed_order(runs)
     if not 1 <= rank <= len(order):
         raise ExportError(
             f"study '{study.name}' has {len(order)} successful configurations, no rank {rank}; "
             f"run `autotune best {study.name}` to see them"
         )
-    run = order[rank - 1]
+    run, conf = order[rank - 1]
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     return {
         "schema_version": EXPORT_SCHEMA_VERSION,
@@ -83,7 +97,7 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         "changed_from_defaults": changed_flags(run.flags, catalog),
         "env": compose_env(run.flags, {}, catalog),
         "xla_flags": xla_flags_string(run.flags, catalog),
-        "measured": _measured(run, baseline),
+        "measured": _measured(run, baseline, conf),
         "measured_on": _measured_on(run, study),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autotune._proc import Finished, classify_stderr, run_bounded, signal_name
+from autotune._proc import Finished, classify_stderr, looks_like_oom, run_bounded, signal_name
 from autotune.measurement import ResultFileError, read_result
-from autotune.records import OutcomeKind, TrialOutcome
+from autotune.records import FlagValue, OutcomeKind, TrialOutcome
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,16 @@ class TrialRequest:
             (XLA_FLAGS already merged with the user's own).
         compiler_options: typed per-compilation options for PAIRED mode, or
             None for DIRECT mode.
-        steps, warmup: timed steps and warm-up steps.
+        steps: timed steps (per executable).
+        warmup, max_warmup: warm-up rounds after the first step: at least
+            `warmup`, more until step times settle, at most `max_warmup`.
         timeout_s: hard limit for the whole child, compilation included.
+        memory_limit_bytes: address-space limit of the child (None: none).
+        flags: the configuration under test (what `env`/`compiler_options` carry),
+            for launchers that look results up rather than measure them.
+        command: run this program instead of `python -m autotune.bench WORKLOAD`;
+            it must measure through `autotune.bench.report` (never run by a shell).
+        workdir: the child's working directory (default: a scratch folder of its own).
     """
 
     workload: Path
@@ -43,8 +51,13 @@ class TrialRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     compiler_options: Mapping[str, Any] | None = None
     steps: int = 20
-    warmup: int = 3
+    warmup: int = 2
+    max_warmup: int = 30
     timeout_s: float = 300.0
+    memory_limit_bytes: int | None = None
+    command: tuple[str, ...] | None = None
+    flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    workdir: Path | None = None
 
 
 class Launcher(ABC):
@@ -84,14 +97,19 @@ class SubprocessLauncher(Launcher):
         scratch = Path(tempfile.mkdtemp(prefix="autotune-trial-", dir=self.scratch_root))
         try:
             finished = run_bounded(
-                [self.python, "-m", "autotune.bench", str(request.workload),
-                 "--preset", request.preset],
-                self._child_env(request, scratch), scratch, request.timeout_s,
+                self._argv(request), self._child_env(request, scratch), scratch,
+                request.timeout_s, request.memory_limit_bytes, request.workdir,
             )
             return self._outcome(request, finished, scratch / "result.json")
         finally:
             if not self.keep_scratch:
                 _remove_tree(scratch)
+
+    def _argv(self, request: TrialRequest) -> list[str]:
+        if request.command is not None:
+            return list(request.command)
+        return [self.python, "-m", "autotune.bench", str(request.workload),
+                "--preset", request.preset]
 
     def _child_env(self, request: TrialRequest, scratch: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -100,6 +118,7 @@ class SubprocessLauncher(Launcher):
         env["AUTOTUNE_MEASURE"] = json.dumps({
             "steps": request.steps,
             "warmup": request.warmup,
+            "max_warmup": request.max_warmup,
             "compiler_options": None if request.compiler_options is None
             else dict(request.compiler_options),
             "dump_dir": str(scratch / "dump"),
@@ -120,12 +139,18 @@ class SubprocessLauncher(Launcher):
             return replace(base, kind=OutcomeKind.TIMEOUT, message=msg)
         if flagged := classify_stderr(run.stderr_head + run.stderr):
             return replace(base, kind=flagged[0], message=flagged[1])
+        if base.exit_code != 0 and (line := looks_like_oom(run.stderr_head + run.stderr)):
+            return replace(base, kind=OutcomeKind.OOM, message=f"out of memory: {line}")
         if base.signal is not None:
             msg = f"the child was killed by {signal_name(base.signal)}"
             if base.signal == signal.SIGKILL:
                 msg += " (the kernel's out-of-memory killer sends this too)"
             return replace(base, message=msg)
-        return _from_result_file(result, base)
+        outcome = _from_result_file(result, base)
+        if request.command is not None and not result.exists():
+            outcome = replace(outcome, message=outcome.message + "; does the command call "
+                              "autotune.bench.report()?")
+        return outcome
 
 
 def _from_result_file(result: Path, base: TrialOutcome) -> TrialOutcome:

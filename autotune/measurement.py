@@ -76,6 +76,13 @@ def measurement_from_body(body: dict[str, Any]) -> Measurement:
         backend=body.get("backend", ""),
         device_kind=body.get("device_kind", ""),
         device_count=int(body.get("device_count") or 0),
+        warmup_steps=body.get("warmup_steps"),
+        warmup_settled=body.get("warmup_settled"),
+        warmup_times_s=_floats(body, "warmup_times_s"),
+        baseline_warmup_times_s=_floats(body, "baseline_warmup_times_s"),
+        output_dtype=body.get("output_dtype") or "",
+        abs_sum=body.get("abs_sum"),
+        numerics_error=(body.get("numerics") or {}).get("max_rel_error"),
     )
 
 

@@ -85,6 +85,13 @@ class Measurement:
     backend: str = ""
     device_kind: str = ""
     device_count: int = 0
+    warmup_steps: int | None = None
+    warmup_settled: bool | None = None
+    warmup_times_s: tuple[float, ...] = ()
+    baseline_warmup_times_s: tuple[float, ...] = ()
+    output_dtype: str = ""
+    abs_sum: float | None = None
+    numerics_error: float | None = None
 
     @property
     def median_s(self) -> float | None:

@@ -13,21 +13,27 @@ from __future__ import annotations
 import platform
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.analysis import ranked
+from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
 from autotune.errors import BaselineFailedError, UsageError
 from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
 from autotune.launcher import Launcher, TrialRequest
+from autotune.numerics import checksums_agree, tolerance
 from autotune.records import (
     Environment,
     FlagValue,
+    Measurement,
     MeasureMode,
     OutcomeKind,
     Role,
     RunRecord,
     TrialOutcome,
 )
+from autotune.stats import paired_ratio, step_stats
 from autotune.storage.store import Store
 from autotune.workloads import WorkloadInfo
 
@@ -83,9 +89,12 @@ class StudyPlan:
     seed: int | None = None
     timeout_per_trial: float = 300.0
     steps: int = 20
-    warmup: int = 3
+    warmup: int = 2
+    max_warmup: int = 30
     mode: MeasureMode = MeasureMode.PAIRED
     base_env: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+    memory_limit_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,13 +183,53 @@ class StudyRunner:
         while (done := _finished(study)) < p.trials:
             self._enqueue_reference(study)
             trial = study.ask()
-            event = self._run_trial(study, trial, done + 1)
+            try:
+                event = self._run_trial(study, trial, done + 1)
+            except BaseException:  # Ctrl-C anywhere in the trial: never leave it RUNNING
+                _fail_open_trial(study, trial)
+                raise
             ran += 1
             if on_trial:
                 on_trial(event)
             if event.role is Role.BASELINE and not event.outcome.ok:
                 raise _baseline_failed(event.outcome)
         return ran
+
+    def confirm(self, top: int, repeats: int,
+                on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
+        """Re-measure the `top` best configurations `repeats` times each, interleaved.
+
+        Round r measures every target once (in DIRECT mode after one baseline
+        process), so drift hits all of them alike. Runs already made (an
+        interrupted confirmation) count: re-running continues. Returns the
+        configurations confirmed (their search runs).
+        """
+        runs = self.store.runs(self.plan.name)
+        targets = [r for r in ranked(runs) if needs_confirmation(r)][:top]
+        pending = self._confirm_plan(runs, targets, repeats)
+        for done, (number, flags) in enumerate(pending, start=1):
+            outcome = self.launcher.launch(self._request(flags))
+            self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
+                                  compose_env(flags, self.plan.base_env, _catalog()), outcome,
+                                  _environment(outcome.measurement))
+            if on_run:
+                on_run(ConfirmEvent(number, outcome, done, len(pending)))
+        return targets
+
+    def _confirm_plan(self, runs: list[RunRecord], targets: list[RunRecord],
+                      repeats: int) -> list[tuple[int, Mapping[str, FlagValue]]]:
+        """(trial number, flags) of each run still to make, round by round."""
+        base = baseline_trial(runs)
+        direct = any(self._request(t.flags).compiler_options is None for t in targets)
+        plan: list[tuple[int, Mapping[str, FlagValue]]] = []
+        for round_ in range(repeats):
+            if direct and base is not None and len(confirm_runs(runs, base)) <= round_:
+                plan.append((base, {}))
+            for target in targets:
+                assert target.trial_number is not None
+                if len(confirm_runs(runs, target.trial_number)) <= round_:
+                    plan.append((target.trial_number, target.flags))
+        return plan
 
     def remaining(self) -> int:
         """Trials still to run before the study holds `plan.trials` finished ones."""
@@ -206,16 +255,10 @@ class StudyRunner:
                 study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
 
     def _run_trial(self, study: optuna.Study, trial: optuna.Trial, done: int) -> TrialEvent:
-        from optuna.trial import TrialState
 
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
         config = {} if role is Role.BASELINE else self.plan.space.sample(trial)
-        try:
-            outcome = self.launcher.launch(self._request(config))
-        except BaseException:
-            trial.set_user_attr("outcome", "interrupted")
-            study.tell(trial, state=TrialState.FAIL)
-            raise
+        outcome = self._guard(self.launcher.launch(self._request(config)))
         ratio = self._ratio(outcome)
         user_env = compose_env(config, self.plan.base_env, _catalog())
         run_id = self.store.record_run(
@@ -234,19 +277,44 @@ class StudyRunner:
         env = compose_env(config if options is None else {}, self.base_env, _catalog())
         return TrialRequest(
             workload=p.workload.path, preset=p.preset, env={**self.base_env, **env},
-            compiler_options=options, steps=p.steps, warmup=p.warmup,
-            timeout_s=p.timeout_per_trial,
+            compiler_options=options, steps=p.steps, warmup=p.warmup, max_warmup=p.max_warmup,
+            timeout_s=p.timeout_per_trial, memory_limit_bytes=p.memory_limit_bytes,
+            command=p.command, flags=dict(config),
+            workdir=Path.cwd() if p.command is not None else None,
         )
 
-    def _ratio(self, outcome: TrialOutcome) -> float | None:
-        """Candidate time over baseline time: in-process if paired, else vs the baseline run."""
+    def _guard(self, outcome: TrialOutcome) -> TrialOutcome:
+        """DIRECT mode: a result that differs from the baseline run's is numerics_mismatch.
+
+        (PAIRED trials are judged in the child, where both outputs are at hand.)
+        """
         m = outcome.measurement
-        if not outcome.ok or m is None:
+        if not outcome.ok or m is None or m.mode is MeasureMode.PAIRED or m.checksum is None:
+            return outcome
+        base = _baseline_measurement(self.store.runs(self.plan.name, roles=[Role.BASELINE]))
+        if base is None or base.checksum is None:
+            return outcome
+        if checksums_agree(m.checksum, base.checksum, base.abs_sum or 0.0, m.output_dtype):
+            return outcome
+        return replace(outcome, kind=OutcomeKind.NUMERICS_MISMATCH, message=(
+            f"checksum {m.checksum:.9g} differs from the baseline's {base.checksum:.9g} beyond "
+            f"the {tolerance(m.output_dtype):.3g} tolerance for {m.output_dtype or 'exact'} "
+            "outputs: this configuration computes something else"))
+
+    def _ratio(self, outcome: TrialOutcome) -> float | None:
+        """Candidate time over baseline time, outlier steps left out of both medians.
+
+        In-process against the baseline when paired, else against the study's
+        baseline run.
+        """
+        m = outcome.measurement
+        if not outcome.ok or m is None or not m.step_times_s:
             return None
-        if m.paired_ratio is not None:
-            return m.paired_ratio
+        if m.mode is MeasureMode.PAIRED and m.baseline_step_times_s:
+            return paired_ratio([m.step_times_s], [m.baseline_step_times_s], n_boot=200).ratio
         base = _baseline_median(self.store.runs(self.plan.name, roles=[Role.BASELINE]))
-        return m.median_s / base if base and m.median_s else None
+        mine = step_stats(m.step_times_s, n_boot=1)
+        return mine.median / base if base and mine else None
 
     @staticmethod
     def _tell(study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome,
@@ -272,6 +340,27 @@ def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
         "Nothing can be compared against it: make the workload run on its own first "
         "(python -m autotune.bench FILE --preset P), then run the same command again"
     )
+
+
+@dataclass(frozen=True)
+class ConfirmEvent:
+    """Reported after each confirmation run."""
+
+    trial_number: int
+    outcome: TrialOutcome
+    done: int
+    total: int
+
+
+def _fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    try:
+        trial.set_user_attr("outcome", "interrupted")
+    except UpdateFinishedTrialError:
+        return  # told already: nothing is left open
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def _catalog() -> Any:
@@ -301,9 +390,16 @@ def _best_speedup(study: optuna.Study) -> float | None:
     return 1 / min(values) if values else None
 
 
+def _baseline_measurement(runs: list[RunRecord]) -> Measurement | None:
+    return next((r.outcome.measurement for r in runs
+                 if r.outcome.ok and r.outcome.measurement is not None), None)
+
+
 def _baseline_median(runs: list[RunRecord]) -> float | None:
     for run in runs:
         m = run.outcome.measurement
         if run.outcome.ok and m is not None:
-            return m.baseline_median_s or m.median_s
+            times = m.baseline_step_times_s or m.step_times_s
+            summary = step_stats(times, n_boot=1)
+            return summary.median if summary else None
     return None

@@ -76,3 +76,10 @@ def resolve_script(path: str) -> WorkloadInfo:
             "see 'Your own workload' in the README"
         )
     return WorkloadInfo(file.stem, file, _describe(file))
+
+
+def command_info(argv: tuple[str, ...]) -> WorkloadInfo:
+    """Describe a user's program (`--command`): named after its script or executable."""
+    script = next((a for a in reversed(argv) if a.endswith(".py")), None)
+    name = Path(script).stem if script else Path(argv[0]).name
+    return WorkloadInfo(name, Path(script or argv[0]), "command: " + " ".join(argv))

@@ -20,7 +20,7 @@ from autotune.storage import Store
 
 runner = CliRunner()
 STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
-         "--steps", "5", "--warmup", "1", "--seed", "3"]
+         "--steps", "5", "--warmup", "1", "--seed", "3", "--confirm", "0"]
 
 
 def invoke(*args: str, cwd: Path):
@@ -117,7 +117,7 @@ def test_studies_lists_what_the_database_holds(finished_study):
     [
         (["study", "--space", "nope"], "unknown search space 'nope'. Known spaces: cpu"),
         (["study", "--space", "cpu", "--benchmark", "nope"],
-         "unknown benchmark 'nope'. Known benchmarks: matmul, transformer"),
+         "unknown benchmark 'nope'. Known benchmarks: collective-matmul, matmul"),
         (["study", "--space", "cpu", "--sampler", "nope"], "unknown sampler 'nope'"),
         (["study", "--space", "cpu", "--preset", "huge"], "unknown preset 'huge'"),
         (["study", "--space", "cpu", "--storage", "foo://x"], "unknown database kind 'foo'"),
@@ -270,3 +270,50 @@ def test_all_ten_spaces_are_listed(tmp_path):
     for name in ("cpu", "gpu-collectives", "gpu-fsdp", "gpu-collective-matmul", "gpu-p2p",
                  "gpu-runtime", "gpu-pgle", "tpu-collectives", "tpu-latency-bound", "tpu-memory"):
         assert f"│ {name} " in listed.output
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "benchmarks" / "examples"
+QUICK = ["--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", "--seed", "3"]
+
+
+@pytest.mark.slow
+def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
+    result = invoke("study", "--space", "cpu", "--script", str(EXAMPLES / "my_step.py"),
+                    "--trials", "3", "--confirm", "1", "--confirm-repeats", "2", *QUICK,
+                    cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "confirming the best 1 configurations" in result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
+    assert [r.role for r in runs[:3]] == [Role.BASELINE, Role.SEARCH, Role.SEARCH]
+    confirm = [r for r in runs if r.role is Role.CONFIRM]
+    assert len(confirm) in (0, 2)  # none when every candidate compiled to the baseline's program
+    shown = invoke("trials", "cpu-my_step-tiny", cwd=tmp_path)
+    assert shown.exit_code == 0 and "median step (95% CI)" in shown.output
+    assert "(baseline)" in shown.output
+
+
+@pytest.mark.slow
+def test_command_example_tunes_end_to_end(tmp_path):
+    program = EXAMPLES / "my_program.py"
+    result = invoke("study", "--space", "cpu", "--command",
+                    f"{sys.executable} {program} --size 64", "--trials", "2", "--confirm", "0",
+                    *QUICK, cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_program-tiny")
+    assert len(runs) == 2 and all(r.outcome.ok for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--script", "missing.py"], "workload file missing.py does not exist"),
+        (["--script", "x.py", "--command", "python x.py"], "give --script or --command"),
+        (["--command", "python 'unclosed"], "--command does not parse"),
+        (["--trial-memory-limit", "lots"], "--trial-memory-limit 'lots' is not a size"),
+    ],
+)
+def test_bad_workload_options_are_usage_errors(tmp_path, args, words):
+    result = invoke("study", "--space", "cpu", *args, cwd=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert not (tmp_path / "autotune.db").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import signal
 import time
 from pathlib import Path
@@ -116,3 +117,58 @@ def test_workload_file_without_workload_function_is_reported_not_raised(tmp_path
 
 def test_classify_stderr_ignores_ordinary_logs():
     assert classify_stderr("W1122 some warning\nall fine\n") is None
+
+
+def test_fast_math_that_changes_the_result_is_a_numerics_mismatch(workloads_dir):
+    relaxed = {"xla_cpu_enable_fast_math": True, "xla_cpu_fast_math_honor_nans": False}
+    outcome = launch(workloads_dir / "nan_count.py", compiler_options=relaxed)
+    assert outcome.kind is OutcomeKind.NUMERICS_MISMATCH
+    assert "tolerance for float32" in outcome.message
+    assert outcome.measurement is not None  # timed all the same, kept in the record
+    assert outcome.measurement.numerics_error > 0.5
+
+
+def test_fast_math_that_keeps_the_result_passes_the_guard(workloads_dir):
+    outcome = launch(workloads_dir / "nan_count.py",
+                     compiler_options={"xla_cpu_enable_fast_math": True})
+    assert outcome.kind is OutcomeKind.OK
+    assert outcome.measurement.numerics_error == 0.0
+    assert outcome.measurement.output_dtype == "float32"
+
+
+def test_workload_over_the_memory_limit_is_an_oom_outcome(workloads_dir):
+    outcome = SubprocessLauncher().launch(TrialRequest(
+        workloads_dir / "big.py", "small", steps=3, warmup=1, compiler_options={},
+        memory_limit_bytes=1_500_000_000))
+    assert outcome.kind is OutcomeKind.OOM, outcome.message
+    assert "RESOURCE_EXHAUSTED" in outcome.message or "memory" in outcome.message.lower()
+
+
+def test_step_that_does_not_compile_is_a_compile_error_outcome(workloads_dir):
+    outcome = launch(workloads_dir / "bad_shapes.py")
+    assert outcome.kind is OutcomeKind.COMPILE_ERROR
+    assert "dot_general" in outcome.message or "shape" in outcome.message.lower()
+
+
+def test_warm_up_runs_until_settled_within_bounds(workloads_dir):
+    outcome = SubprocessLauncher().launch(TrialRequest(
+        workloads_dir / "toy.py", "small", steps=5, warmup=2, max_warmup=8, compiler_options={}))
+    m = outcome.measurement
+    assert 2 <= m.warmup_steps <= 8 and len(m.warmup_times_s) == m.warmup_steps
+    assert m.first_step_time_s is not None and m.compile_time_s > 0
+
+
+def test_command_reporting_through_autotune_bench_is_measured(tmp_path):
+    program = Path(__file__).resolve().parents[1] / "benchmarks" / "examples" / "my_program.py"
+    request = TrialRequest(program, "tiny", steps=3, warmup=1, compiler_options={},
+                           command=(sys.executable, str(program), "--size", "64"))
+    outcome = SubprocessLauncher().launch(request)
+    assert outcome.kind is OutcomeKind.OK, outcome.message + outcome.stderr_tail
+    assert outcome.measurement.mode is MeasureMode.PAIRED
+
+
+def test_command_that_never_reports_is_a_crash_with_a_hint(tmp_path):
+    request = TrialRequest(Path("x"), "tiny", command=(sys.executable, "-c", "print('hi')"))
+    outcome = SubprocessLauncher().launch(request)
+    assert outcome.kind is OutcomeKind.CRASHED
+    assert "wrote no result" in outcome.message and "autotune.bench.report()" in outcome.message

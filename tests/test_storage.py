@@ -70,6 +70,13 @@ FULL = Measurement(
     backend="gpu",
     device_kind="NVIDIA H100 80GB HBM3",
     device_count=8,
+    warmup_steps=7,
+    warmup_settled=True,
+    warmup_times_s=(0.02, 0.013, 0.0122),
+    baseline_warmup_times_s=(0.021, 0.014, 0.0131),
+    output_dtype="bfloat16",
+    abs_sum=4567.25,
+    numerics_error=1.5e-6,
 )
 OK = TrialOutcome(
     OutcomeKind.OK, "ok", FULL, duration_s=9.5, exit_code=0, stdout_tail="out", stderr_tail="err"

@@ -88,6 +88,7 @@ def _run_columns() -> list[sa.Column[object]]:
         sa.Column("peak_memory_bytes", sa.BigInteger(), nullable=True),
         sa.Column("memory_source", sa.String(length=64), nullable=True),
         sa.Column("rss_peak_bytes", sa.BigInteger(), nullable=True),
+        sa.Column("extras", sa.JSON(), nullable=False),
         sa.Column("checksum", sa.Float(), nullable=True),
         sa.Column("baseline_checksum", sa.Float(), nullable=True),
         sa.Column("hlo_stats", sa.JSON(), nullable=False),

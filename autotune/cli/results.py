@@ -11,38 +11,62 @@ from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, fmt_bytes, fmt_fla
 
 
 def print_best(store: Any, study_name: str, limit: int) -> None:
+    """The best table of a study and the notes that qualify it."""
     from rich.table import Table
 
-    from autotune.analysis import best_rows, outcome_counts
+    from autotune.analysis import best_rows
     from autotune.flags.catalog import load_catalog
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
+    rows = best_rows(runs, load_catalog(), limit=limit)
     table = Table(title=f"{study_name}: {record.benchmark} ({record.preset}) on {record.space}")
-    for col in ("rank", "trial", "median step", "speedup", "peak memory", "same program"):
+    for col in ("rank", "trial", "median step", "search speedup", "confirmed speedup (95% CI)",
+                "peak memory", "same program"):
         table.add_column(col, no_wrap=True)
     table.add_column("flags changed from defaults", overflow="fold")
-    for row in best_rows(runs, load_catalog(), limit=limit):
-        speed = f"×{row.speedup:.3f}" if row.speedup else "-"
+    for row in rows:
         table.add_row(
             "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
             f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
-            speed + (" (A/A)" if row.rank is None else ""),
+            (f"×{row.speedup:.3f}" if row.speedup else "-") + (" (A/A)" if row.rank is None
+                                                                else ""),
+            "" if row.rank is None else _confirmed_text(row),
             fmt_bytes(row.peak_memory_bytes),
             {True: "yes", False: "no", None: "-"}[row.same_program],
             "-" if row.rank is None else fmt_flags(dict(row.changed)),
         )
     out.print(table)
+    _print_footer(runs)
+    _print_noise_note(rows)
+    _print_backend_note(record, runs)
+
+
+def _confirmed_text(row: Any) -> str:
+    c = row.confirmation
+    if c is None:
+        return "not confirmed"
+    if c.same_program:
+        return "no measurable gain (same program)"
+    if c.estimate is None:
+        return f"failed ({c.failures} of {c.runs} runs)"
+    low, high = c.estimate.speedup_interval
+    text = f"×{c.estimate.speedup:.3f} [{low:.3f}, {high:.3f}]"
+    return text + (" no measurable gain" if c.estimate.includes_one else "")
+
+
+def _print_footer(runs: list[Any]) -> None:
+    from autotune.analysis import outcome_counts
+
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(outcome_counts(runs).items()))
     sources = sorted({r.outcome.measurement.memory_source for r in runs
                       if r.outcome.measurement is not None})
     out.print(f"runs by outcome: {counts or 'none'}", highlight=False)
-    out.print("speedup = baseline median step time / trial median step time; paired trials time "
-              "both in one process (the baseline row is default vs default, the noise floor). "
-              "Not yet confirmed by re-measurement.", highlight=False)
+    out.print("speedup = baseline median step time / configuration's median step time. Search: "
+              "one paired process per trial (baseline row: default vs default, the noise floor). "
+              "Confirmed: re-measured in fresh processes interleaved with the baseline; an "
+              "interval that holds 1.0 is no measurable gain.", highlight=False)
     out.print(f"peak memory from: {', '.join(sources) or '-'}", highlight=False)
-    _print_noise_note(best_rows(runs, load_catalog(), limit=1))
-    _print_backend_note(record, runs)
 
 
 def _print_backend_note(record: Any, runs: list[Any]) -> None:
@@ -58,10 +82,10 @@ def _print_backend_note(record: Any, runs: list[Any]) -> None:
 
 
 def _print_noise_note(rows: list[Any]) -> None:
-    """Say when the best speedup is not outside the baseline's own A/A spread."""
+    """Say when the unconfirmed best speedup is not outside the baseline's own A/A spread."""
     base = next((r for r in rows if r.rank is None and r.speedup), None)
     top = next((r for r in rows if r.rank == 1 and r.speedup), None)
-    if base is None or top is None:
+    if base is None or top is None or top.confirmed:
         return
     noise = abs(base.speedup - 1)
     if abs(top.speedup - 1) <= noise:
@@ -95,8 +119,9 @@ def export(
     record = store.get_study(study_name)
     document = export_document(record, store.runs(study_name), load_catalog(), rank=rank)
     write_export(document, output)
-    speed = document["measured"]["speedup"]
-    out.print(f"wrote {output}: trial {document['trial']}, ×{speed:.3f} vs baseline")
+    measured = document["measured"]
+    out.print(f"wrote {output}: trial {document['trial']}, ×{measured['speedup']:.3f} vs baseline "
+              f"({measured['verdict']})", highlight=False)
     out.print(f"XLA_FLAGS additions: {document['xla_flags'] or '(none)'}", highlight=False)
 
 
@@ -117,3 +142,44 @@ def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE) -> None:
     store = open_store(storage, must_exist=False)
     out.print(f"database at revision {store.current_revision()}")
 
+
+
+def trials(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    storage: StorageOpt = DEFAULT_STORAGE,
+) -> None:
+    """Every measurement run of a study with its step-time statistics and outcome."""
+    from rich.table import Table
+
+    store = open_store(storage, must_exist=True)
+    table = Table("run", "trial", "role", "outcome", "median step (95% CI)", "IQR", "CV",
+                  "outliers", "compile", "first step", "warm-up", "flags / message")
+    for run in store.runs(study_name):
+        table.add_row(str(run.id), str(run.trial_number), run.role.value,
+                      run.outcome.kind.value, *_stat_cells(run.outcome.measurement),
+                      _run_note(run))
+    out.print(table)
+
+
+def _stat_cells(m: Any) -> list[str]:
+    """Median with its bootstrap interval, IQR, CV, outliers, compile, first step, warm-up."""
+    from autotune.stats import step_stats
+
+    summary = step_stats(m.step_times_s) if m is not None and m.step_times_s else None
+    if summary is None:
+        return ["-"] * 7
+    ms = 1e3
+    warm = f"{m.warmup_steps}" + ("" if m.warmup_settled in (None, True) else " (unsettled)") \
+        if m.warmup_steps is not None else "-"
+    return [
+        f"{summary.median * ms:.2f} ms [{summary.ci_low * ms:.2f}, {summary.ci_high * ms:.2f}]",
+        f"{summary.iqr * ms:.2f} ms", f"{summary.cv:.1%}", str(summary.n_outliers),
+        f"{m.compile_time_s:.2f} s",
+        f"{m.first_step_time_s * ms:.1f} ms" if m.first_step_time_s else "-", warm,
+    ]
+
+
+def _run_note(run: Any) -> str:
+    if not run.outcome.ok:
+        return run.outcome.message[:160]
+    return fmt_flags(dict(run.flags), " ") if run.flags else "(baseline)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,6 +15,11 @@ from autotune.cli.results import print_best
 def study(
     space: Annotated[str, typer.Option(help="Search space name or YAML file.")],
     benchmark: Annotated[str, typer.Option(help="Built-in benchmark to tune.")] = "transformer",
+    script: Annotated[Path | None, typer.Option(
+        help="Your own workload file defining workload(preset) (see the README).")] = None,
+    command: Annotated[str | None, typer.Option(
+        help="Tune any program that measures through autotune.bench.report() "
+             "(split like a shell would, never run by one).")] = None,
     trials: Annotated[int, typer.Option(min=1, help="Trials the study should hold in all.")] = 12,
     storage: StorageOpt = DEFAULT_STORAGE,
     name: Annotated[str | None, typer.Option(help="Study name (default SPACE-BENCHMARK-PRESET).")]
@@ -24,22 +30,31 @@ def study(
     preset: Annotated[str, typer.Option(help="Workload size: tiny, small or large.")] = "small",
     devices: Annotated[int, typer.Option(min=1, help="CPU devices for sharded workloads.")] = 8,
     steps: Annotated[int, typer.Option(min=3, help="Timed steps per trial.")] = 20,
-    warmup: Annotated[int, typer.Option(min=1, help="Warm-up steps per trial.")] = 3,
+    warmup: Annotated[int, typer.Option(
+        min=1, help="Minimum warm-up rounds after the first step.")] = 2,
+    max_warmup: Annotated[int, typer.Option(
+        min=1, help="Warm-up rounds at most, while step times have not settled.")] = 30,
     mode: Annotated[str, typer.Option(help="paired (in-process vs baseline) or direct.")]
     = "paired",
     drop_unknown: Annotated[bool, typer.Option(
         help="Leave out the space's flags this XLA does not know, instead of stopping.")] = False,
     allow_backend_mismatch: Annotated[bool, typer.Option(
         help="Run a space meant for another backend than JAX reports here.")] = False,
+    confirm: Annotated[int, typer.Option(
+        min=0, help="Re-measure the best K configurations after the search (0: skip).")] = 3,
+    confirm_repeats: Annotated[int, typer.Option(
+        min=2, help="Fresh processes per confirmed configuration.")] = 4,
+    trial_memory_limit: Annotated[str | None, typer.Option(
+        help="Address-space limit of each trial process, e.g. 16GiB (default: none).")] = None,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
-    from autotune import spaces, workloads
+    from autotune import spaces
     from autotune.launcher import SubprocessLauncher
     from autotune.records import MeasureMode
     from autotune.study import StudyPlan, StudyRunner, make_sampler
 
     loaded = spaces.load_space(space)
-    work = workloads.resolve_benchmark(benchmark)
+    work, argv = _workload(benchmark, script, command)
     make_sampler(sampler, seed)
     checked = _preflight(loaded, drop_unknown, allow_backend_mismatch)
     plan = StudyPlan(
@@ -47,12 +62,66 @@ def study(
         space=checked.space,
         workload=work, preset=_preset(preset), devices=devices, trials=trials, sampler=sampler,
         seed=seed, timeout_per_trial=timeout_per_trial, steps=steps, warmup=warmup,
-        mode=_mode(mode, MeasureMode), base_env=dict(os.environ),
+        max_warmup=max_warmup,
+        mode=_mode(mode, MeasureMode), base_env=dict(os.environ), command=argv,
+        memory_limit_bytes=_size(trial_memory_limit),
     )
     store = open_store(storage, must_exist=False)
     runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
     _run_with_progress(runner, plan)
+    if confirm:
+        _confirm_with_progress(runner, confirm, confirm_repeats)
     print_best(store, plan.name, limit=10)
+
+
+def _workload(benchmark: str, script: Path | None, command: str | None) -> tuple[Any, Any]:
+    """The workload to tune: a built-in benchmark, the user's file, or the user's program."""
+    import shlex
+
+    from autotune import workloads
+    from autotune.errors import UsageError
+
+    if script is not None and command is not None:
+        raise UsageError("give --script or --command, not both")
+    if script is not None:
+        return workloads.resolve_script(str(script)), None
+    if command is not None:
+        try:
+            argv = tuple(shlex.split(command))
+        except ValueError as exc:
+            raise UsageError(f"--command does not parse: {exc}") from None
+        if not argv:
+            raise UsageError("--command is empty; give the program to run")
+        return workloads.command_info(argv), argv
+    return workloads.resolve_benchmark(benchmark), None
+
+
+def _size(text: str | None) -> int | None:
+    from autotune.errors import UsageError
+    from autotune.spaces import parse_size
+
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--trial-memory-limit '{text}' is not a size like 16GiB: {exc}") \
+            from None
+
+
+def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
+    out.print(f"confirming the best {top} configurations: {repeats} fresh processes each, "
+              "interleaved with the baseline")
+    runner.confirm(top, repeats, on_run=lambda ev: out.print(
+        f"confirm {ev.done}/{ev.total}: trial #{ev.trial_number} {_confirm_text(ev)}",
+        highlight=False))
+
+
+def _confirm_text(ev: Any) -> str:
+    m = ev.outcome.measurement
+    if ev.outcome.ok and m is not None and m.paired_ratio:
+        return f"×{1 / m.paired_ratio:.3f} in this process"
+    return ev.outcome.kind.value
 
 
 def _preflight(space: Any, drop_unknown: bool, allow_mismatch: bool) -> Any:

@@ -219,6 +219,8 @@ class RunRow(Base):
     peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger)
     memory_source: Mapped[str | None] = mapped_column(String(64))
     rss_peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Warm-up and numerics-guard facts: read rarely, kept together.
+    extras: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     checksum: Mapped[float | None] = mapped_column(NonFiniteFloat)
     baseline_checksum: Mapped[float | None] = mapped_column(NonFiniteFloat)
     hlo_stats: Mapped[dict[str, int]] = mapped_column(JSON)
@@ -285,7 +287,27 @@ class RunRow(Base):
             backend=self.backend or "",
             device_kind=self.device_kind or "",
             device_count=self.device_count or 0,
+            **_extras_fields(self.extras or {}),
         )
+
+
+_EXTRAS = ("warmup_steps", "warmup_settled", "warmup_times_s", "baseline_warmup_times_s",
+           "output_dtype", "abs_sum", "numerics_error")
+
+
+def _extras_fields(extras: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: extras[k] for k in _EXTRAS if k in extras}
+    for key in ("warmup_times_s", "baseline_warmup_times_s"):
+        if key in fields:
+            fields[key] = tuple(fields[key])
+    return fields
+
+
+def _extras_column(m: Measurement) -> dict[str, Any]:
+    extras = {k: getattr(m, k) for k in _EXTRAS}
+    for key in ("warmup_times_s", "baseline_warmup_times_s"):
+        extras[key] = list(extras[key])
+    return extras
 
 
 def outcome_columns(outcome: TrialOutcome) -> dict[str, Any]:
@@ -305,7 +327,7 @@ def outcome_columns(outcome: TrialOutcome) -> dict[str, Any]:
 def measurement_columns(measurement: Measurement | None) -> dict[str, Any]:
     """The `RunRow` column values that store `measurement` (empty ones for None)."""
     if measurement is None:
-        return {"step_times": [], "baseline_step_times": [], "hlo_stats": {}}
+        return {"step_times": [], "baseline_step_times": [], "hlo_stats": {}, "extras": {}}
     m = measurement
     return {
         "mode": str(m.mode),
@@ -319,6 +341,7 @@ def measurement_columns(measurement: Measurement | None) -> dict[str, Any]:
         "peak_memory_bytes": m.peak_memory_bytes,
         "memory_source": m.memory_source,
         "rss_peak_bytes": m.rss_peak_bytes,
+        "extras": _extras_column(m),
         "checksum": m.checksum,
         "baseline_checksum": m.baseline_checksum,
         "hlo_stats": dict(m.hlo_stats),

@@ -1,0 +1,104 @@
+"""The confirmation phase: re-measure the search's best configurations before claiming.
+
+The best of many noisy trials is usually lucky. After the search, the top K
+configurations are measured again in fresh processes, interleaved with the
+baseline (in PAIRED mode each process alternates baseline and candidate steps;
+in DIRECT mode baseline and candidate processes alternate), and the speedup
+claimed for a configuration is the one from these runs, with its interval.
+
+This module holds what is computed from stored runs; the study runner
+launches the runs (`StudyRunner.confirm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autotune.records import FlagValue, Measurement, MeasureMode, Role, RunRecord
+from autotune.stats import RatioEstimate, paired_ratio, unpaired_ratio
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the confirmation runs of one configuration say.
+
+    Attributes:
+        trial_number: the search trial whose configuration was re-measured.
+        flags: that configuration.
+        estimate: candidate/baseline time over the confirmation runs, with its
+            interval; None when no confirmation run succeeded.
+        runs: confirmation runs made; failures: how many of them failed.
+        same_program: the configuration compiled to the baseline's program,
+            so there was nothing to re-measure (no gain is possible).
+    """
+
+    trial_number: int
+    flags: Mapping[str, FlagValue]
+    estimate: RatioEstimate | None
+    runs: int
+    failures: int
+    same_program: bool = False
+
+    @property
+    def measurable_gain(self) -> bool:
+        """The interval excludes 1.0 and lies on the faster side."""
+        e = self.estimate
+        return e is not None and not e.includes_one and e.ratio < 1
+
+    def verdict(self) -> str:
+        """'faster', 'slower' or 'no measurable gain' (or 'failed')."""
+        e = self.estimate
+        if self.same_program:
+            return "no measurable gain"
+        if e is None:
+            return "failed"
+        if e.includes_one:
+            return "no measurable gain"
+        return "faster" if e.ratio < 1 else "slower"
+
+
+def confirm_runs(runs: list[RunRecord], trial_number: int | None) -> list[RunRecord]:
+    """The CONFIRM runs of one configuration, in the order they ran."""
+    return [r for r in runs if r.role is Role.CONFIRM and r.trial_number == trial_number]
+
+
+def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | None:
+    """The confirmation of `source`'s configuration, or None when none was made."""
+    assert source.trial_number is not None
+    if not needs_confirmation(source):
+        return Confirmation(source.trial_number, source.flags, None, 0, 0, same_program=True)
+    mine = confirm_runs(runs, source.trial_number)
+    if not mine:
+        return None
+    good = [r.outcome.measurement for r in mine if r.outcome.ok and r.outcome.measurement]
+    estimate = _estimate(good, _baseline_runs(runs)) if good else None
+    return Confirmation(source.trial_number, source.flags, estimate, len(mine),
+                        len(mine) - len(good))
+
+
+def baseline_trial(runs: list[RunRecord]) -> int | None:
+    """The trial number of the study's baseline; its CONFIRM runs are DIRECT-mode baselines."""
+    return next((r.trial_number for r in runs if r.role is Role.BASELINE), None)
+
+
+def needs_confirmation(source: RunRecord) -> bool:
+    """False for a configuration that compiled to the baseline's very program (PAIRED mode)."""
+    m = source.outcome.measurement
+    return not (m is not None and m.mode is MeasureMode.PAIRED and m.same_program_as_baseline)
+
+
+def _baseline_runs(runs: list[RunRecord]) -> list[list[float]]:
+    number = baseline_trial(runs)
+    return [list(r.outcome.measurement.step_times_s) for r in confirm_runs(runs, number)
+            if r.outcome.ok and r.outcome.measurement is not None] if number is not None else []
+
+
+def _estimate(good: list[Measurement], direct_baseline: list[list[float]]) -> RatioEstimate | None:
+    paired = [m for m in good if m.mode is MeasureMode.PAIRED and m.baseline_step_times_s]
+    if paired:
+        return paired_ratio([list(m.step_times_s) for m in paired],
+                            [list(m.baseline_step_times_s) for m in paired])
+    if not direct_baseline:
+        return None
+    return unpaired_ratio([list(m.step_times_s) for m in good], direct_baseline)

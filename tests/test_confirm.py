@@ -1,0 +1,110 @@
+"""The confirmation phase, driven by a replayed noisy record (no JAX: the search logic only)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotune.analysis import best_rows
+from autotune.cli import app
+from autotune.flags.catalog import load_catalog
+from autotune.launcher import TrialRequest
+from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.replay import ReplayLauncher, config_key
+from autotune.spaces import load_space
+from autotune.storage import Store
+from autotune.study import StudyPlan, StudyRunner
+from autotune.workloads import resolve_benchmark
+
+LUCKY = {"xla_cpu_prefer_vector_width": 128}  # looked fast once, is not
+REAL = {"xla_cpu_prefer_vector_width": 512}  # looked a bit slower, is truly faster
+SAME = {"xla_cpu_use_fusion_emitters": True}  # the default, spelled out: same program
+
+
+def paired(ratio: float, seed: int, same: bool = False, steps: int = 20) -> TrialOutcome:
+    """A paired measurement whose candidate/baseline ratio is about `ratio`, with noise."""
+    rng = random.Random(seed)
+    scale = rng.choice([0.015, 0.03])  # per-process speed, as on these machines
+    base = tuple(scale * rng.gauss(1.0, 0.03) for _ in range(steps))
+    cand = tuple(scale * ratio * rng.gauss(1.0, 0.03) for _ in range(steps))
+    m = Measurement(step_times_s=cand, baseline_step_times_s=base, compile_time_s=1.0,
+                    mode=MeasureMode.PAIRED, fingerprint="a" if same else f"c{ratio}",
+                    baseline_fingerprint="a", backend="cpu", device_count=8)
+    return TrialOutcome(OutcomeKind.OK, "", m, duration_s=5.0, exit_code=0)
+
+
+@pytest.fixture
+def searched(tmp_path: Path) -> tuple[StudyRunner, Store, ReplayLauncher]:
+    """A study whose search is over: baseline, a lucky winner, a real gain, a no-op."""
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    store = Store.open(url)
+    plan = StudyPlan(name="s", space_name="cpu", space=load_space("cpu"),
+                     workload=resolve_benchmark("transformer"), trials=4)
+    store.ensure_study("s", "cpu", "transformer", "small", 8, MeasureMode.PAIRED, "cpu")
+    search = [({}, Role.BASELINE, paired(1.0, 1, same=True)), (LUCKY, Role.SEARCH, paired(0.8, 2)),
+              (REAL, Role.SEARCH, paired(0.9, 3)), (SAME, Role.SEARCH, paired(0.85, 4, same=True))]
+    for number, (flags, role, outcome) in enumerate(search):
+        store.record_run("s", number, role, flags, {}, outcome)
+    replay = ReplayLauncher({
+        config_key(LUCKY): [paired(1.0, 10 + i) for i in range(6)],
+        config_key(REAL): [paired(0.9, 20 + i) for i in range(6)],
+    })
+    return StudyRunner(plan, store, replay, url), store, replay
+
+
+def test_confirmation_demotes_a_lucky_search_winner(searched):
+    runner, store, _ = searched
+    before = best_rows(store.runs("s"), load_catalog())
+    assert before[1].run.flags == LUCKY  # the search's own ranking
+    runner.confirm(top=3, repeats=4)
+    after = best_rows(store.runs("s"), load_catalog())
+    assert after[1].run.flags == REAL and after[1].confirmation.measurable_gain
+    assert 1.05 < after[1].claimed_speedup < 1.18
+    lucky = next(r for r in after if r.run.flags == LUCKY)
+    assert lucky.confirmation.verdict() == "no measurable gain"
+    assert lucky.confirmation.estimate.includes_one
+
+
+def test_confirmation_interleaves_and_skips_the_baselines_own_program(searched):
+    runner, store, replay = searched
+    runner.confirm(top=3, repeats=3)
+    # round-robin: each round measures every target once; the no-op is not re-measured
+    assert replay.launched == [LUCKY, REAL] * 3
+    confirm = store.runs("s", roles=[Role.CONFIRM])
+    assert [r.trial_number for r in confirm] == [1, 2] * 3
+    same = next(r for r in best_rows(store.runs("s"), load_catalog()) if r.run.flags == SAME)
+    assert same.confirmation.same_program and same.claimed_speedup == 1.0
+
+
+def test_confirmation_resumes_instead_of_starting_over(searched):
+    runner, _, replay = searched
+    runner.confirm(top=2, repeats=2)
+    runner.confirm(top=2, repeats=3)
+    assert len(replay.launched) == 6
+
+
+def test_best_and_export_show_the_confirmed_figure(searched, tmp_path):
+    runner, store, _ = searched
+    runner.confirm(top=3, repeats=4)
+    shown = CliRunner().invoke(app, ["best", "s", "--storage", store.url])
+    assert shown.exit_code == 0, shown.output
+    assert "no measurable gain" in shown.output and "not confirmed" not in shown.output
+    target = tmp_path / "best.yaml"
+    done = CliRunner().invoke(app, ["export", "s", "-o", str(target), "--storage", store.url])
+    assert done.exit_code == 0, done.output
+    import yaml
+
+    measured = yaml.safe_load(target.read_text())["measured"]
+    assert measured["confirmed"] is True and measured["verdict"] == "faster"
+    low, high = measured["speedup_interval"]
+    assert low < measured["speedup"] < high and low > 1.0
+    assert measured["search_speedup"] == pytest.approx(1 / 0.9, rel=0.1)
+
+
+def test_replay_of_an_unrecorded_configuration_is_a_crash_not_an_exception():
+    replay = ReplayLauncher({})
+    outcome = replay.launch(TrialRequest(Path("x.py"), "tiny", flags={"a": 1}))
+    assert outcome.kind is OutcomeKind.CRASHED and "no recorded outcome" in outcome.message
