@@ -11,11 +11,11 @@ dimension. Inside ``jax.shard_map`` each device computes the loss of its own
 batch shard; the loss differentiated is their mean over devices
 (``jax.lax.pmean``), and because the parameters are device-invariant autodiff
 sums their gradients across devices, so every replica applies the same,
-globally averaged update. The compiled step contains **all-reduce**: one per gradient and one
-for the loss before XLA's all-reduce combiner runs, which on XLA:CPU merges
-them all into a single tuple all-reduce (the all-reduce combine threshold,
-reassociation and latency-hiding-scheduler flags act on exactly this). On one device the
-all-reduces remain in the HLO (over a group of one).
+globally averaged update. The compiled step contains **all-reduce**: one per
+gradient and one for the loss before XLA's all-reduce combiner runs, which on
+XLA:CPU merges them all into a single tuple all-reduce (what the all-reduce
+combine threshold and latency-hiding-scheduler flags act on). On one device
+the all-reduce remains in the HLO, over a group of one.
 """
 
 from __future__ import annotations

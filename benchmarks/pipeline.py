@@ -7,9 +7,9 @@ a leading stage dimension. The global batch is split into microbatches that
 flow through the pipeline inside ``jax.shard_map``: a ``jax.lax.scan`` over
 ``microbatches + stages - 1`` ticks in which every stage applies its block to
 what it holds (stage 0 takes the next microbatch) and passes the result to the
-next stage with ``jax.lax.ppermute`` (stage i -> i + 1, no wrap-around; the
-last stage's outputs are kept). Forward only; at the end the last stage
-computes the mean squared error against fixed targets.
+next stage with ``jax.lax.ppermute`` (stage i -> i + 1, no wrap-around);
+each stage keeps the outputs it computed. Forward only; at the end the last
+stage computes the mean squared error against fixed targets.
 
 The compiled step has a **collective-permute** inside the scan's while loop
 (the point-to-point send/recv that the GPU pipelined-p2p and

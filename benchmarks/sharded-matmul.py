@@ -16,10 +16,10 @@ dimension over 'y') and ``b`` as ``P('y', None)``. Each device then computes a
 partial product of its rows that must be summed over 'y' and split over 'y'
 again for the output's ``P('x', 'y')`` layout: the SPMD partitioner inserts
 that reduction itself. On XLA:CPU it compiles to an **all-reduce** over the
-'y' groups followed by a dynamic-slice (GPU and TPU turn the pair into a
-reduce-scatter). The int8 -> float32 convert, the dot and the scale/negate
-epilogue are the same as in ``benchmarks/matmul.py``. On one device there is
-no collective.
+'y' groups followed by a dynamic-slice (XLA:GPU's reduce-scatter creator
+pass rewrites that pair into a reduce-scatter; XLA:CPU has no such pass).
+The int8 -> float32 convert, the dot and the scale/negate epilogue are those
+of ``benchmarks/matmul.py``. On one device there is no collective.
 """
 
 from __future__ import annotations

@@ -26,15 +26,22 @@ def spaces_list() -> None:
     out.print(table)
 
 
-def benchmarks_list() -> None:
-    """List the built-in benchmarks."""
+def benchmarks_list(
+    devices: Annotated[int, typer.Option(min=1, help="Devices to compile for.")] = 8,
+) -> None:
+    """List the built-in benchmarks and the collectives each compiles to."""
     from rich.table import Table
 
+    from autotune.inventory import collectives, describe
     from autotune.workloads import list_benchmarks
 
-    table = Table("benchmark", "description", "file")
-    for info in list_benchmarks():
-        table.add_row(info.name, info.description, str(info.path))
+    table = Table("benchmark", f"collectives in the HLO (tiny, {devices} devices)",
+                  "description")
+    infos = list_benchmarks()
+    with out.status("compiling each benchmark once (cached afterwards)..."):
+        rows = [(info, describe(collectives(info, devices))) for info in infos]
+    for info, found in rows:
+        table.add_row(info.name, found, info.description)
     out.print(table)
 
 
