@@ -45,7 +45,6 @@ class Workload:
 RESULT_ENV = "AUTOTUNE_RESULT"
 MEASURE_ENV = "AUTOTUNE_MEASURE"
 RESULT_SCHEMA_VERSION = 1
-_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,10 @@ class MeasureSettings:
     executable); warming stops early once the last `settle_window` warm-up
     times lie within `settle_tolerance` of their median (`autotune.stats.settled`;
     in PAIRED mode both executables must have settled).
+
+    Pruning (PAIRED mode): with `prune_ratio` set, once `prune_after` pairs are
+    timed, the trial stops as soon as the candidate/baseline ratio of medians
+    exceeds it; the result then has status `pruned` and the steps so far.
     """
 
     steps: int = 20
@@ -69,6 +72,8 @@ class MeasureSettings:
     max_warmup: int = 30
     settle_window: int = 5
     settle_tolerance: float = 0.05
+    prune_ratio: float | None = None
+    prune_after: int = 6
 
     @classmethod
     def from_env(cls, environ: dict[str, str]) -> MeasureSettings:
@@ -169,78 +174,6 @@ def checksum(outputs: Any) -> float:
     return total
 
 
-def hlo_stats(compiled: Any) -> dict[str, int]:
-    """Count collectives (sync and async starts) and fusions in the optimised HLO."""
-    import re
-
-    text = compiled.as_text() or ""
-    stats = {}
-    for op in _COLLECTIVES:
-        stats[op] = len(re.findall(rf"\s{op}(?:-start)?\(", text))
-    stats["fusion"] = len(re.findall(r"\sfusion\(", text))
-    stats["instructions"] = sum(1 for line in text.splitlines() if " = " in line)
-    return stats
-
-
-def program_fingerprint(dump_dir: str | None) -> str | None:
-    """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
-
-    Module numbers in file names differ between compilations of one program, so
-    files are keyed by name with the `module_NNNN.` prefix removed.
-    """
-    import hashlib
-    import re
-    from pathlib import Path
-
-    if not dump_dir or not Path(dump_dir).is_dir():
-        return None
-    wanted = re.compile(r"(after_optimizations\.txt|\.o|\.ptx|\.cubin)$")
-    digest = hashlib.sha256()
-    files = [p for p in Path(dump_dir).iterdir() if wanted.search(p.name)]
-    for path in sorted(files, key=lambda p: re.sub(r"^module_\d+\.", "", p.name)):
-        digest.update(re.sub(r"^module_\d+\.", "", path.name).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16] if files else None
-
-
-def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
-    """Peak memory of the step and where the figure comes from.
-
-    The headline figure is the device allocator's peak (`memory_stats`) where
-    the backend has one and the process ran only this executable (DIRECT
-    mode); otherwise the compiled program's own footprint from
-    `memory_analysis` (arguments + outputs + temporaries - aliased + code).
-    The process's peak RSS is recorded beside it.
-    """
-    import resource
-
-    import jax
-
-    analysis = compiled.memory_analysis()
-    program = None
-    if analysis is not None:
-        program = int(
-            analysis.argument_size_in_bytes
-            + analysis.output_size_in_bytes
-            + analysis.temp_size_in_bytes
-            - analysis.alias_size_in_bytes
-            + analysis.generated_code_size_in_bytes
-        )
-    stats = jax.devices()[0].memory_stats() or {}
-    device_peak = stats.get("peak_bytes_in_use")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    peak: int | None = program
-    source = "memory_analysis"
-    if direct and device_peak is not None:
-        peak, source = int(device_peak), "memory_stats"
-    return {
-        "peak_memory_bytes": peak,
-        "memory_source": source,
-        "device_peak_bytes": device_peak,
-        "rss_peak_bytes": rss,
-    }
-
-
 def _time_direct(compiled: Any, args: tuple[Any, ...], s: MeasureSettings) -> dict[str, Any]:
     """Warm up until settled (see MeasureSettings), then time `s.steps` steps of one executable."""
     first, out = _run_once(compiled, args)
@@ -265,11 +198,15 @@ def _time_paired(
     (base_warm, cand_warm), settled = _warm_up([base, cand], args, s)
     base_times: list[float] = []
     cand_times: list[float] = []
+    pruned: dict[str, Any] = {}
     for i in range(s.steps):
         order = ((base, base_times), (cand, cand_times))
         for exe, sink in order if i % 2 == 0 else reversed(order):
             sink.append(_run_once(exe, args)[0])
+        if pruned := _prune_verdict(cand_times, base_times, s):
+            break
     return {
+        **pruned,
         "first_step_time_s": first,
         "baseline_first_step_time_s": base_first,
         "warmup_steps": len(cand_warm),
@@ -281,6 +218,20 @@ def _time_paired(
         "checksum": checksum(out),
         "baseline_checksum": checksum(base_out),
     }
+
+
+def _prune_verdict(cand: list[float], base: list[float], s: MeasureSettings) -> dict[str, Any]:
+    """{"status": "pruned", "message": ...} when the candidate is clearly slower, else {}."""
+    import statistics
+
+    if s.prune_ratio is None or len(cand) < s.prune_after:
+        return {}
+    ratio = statistics.median(cand) / statistics.median(base)
+    if ratio <= s.prune_ratio:
+        return {}
+    return {"status": "pruned", "message": (
+        f"stopped after {len(cand)} paired steps: {ratio:.3f}x the baseline's step time, "
+        f"above the {s.prune_ratio:.3f} limit (clearly slower than the best so far)")}
 
 
 def _warm_up(
@@ -331,6 +282,8 @@ def measure(work: Workload, s: MeasureSettings) -> dict[str, Any]:
     Raises _Failure for a configuration that fails (compile error, OOM, NaN...).
     """
     import jax
+
+    from autotune._program import hlo_stats, memory_figures, program_fingerprint
 
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
     lowered = step.lower(*work.args)

@@ -35,6 +35,8 @@ class TrialRequest:
         compiler_options: typed per-compilation options for PAIRED mode, or
             None for DIRECT mode.
         steps: timed steps (per executable).
+        prune_ratio: PAIRED mode: stop early once the candidate is this many
+            times slower than the baseline (None: never).
         warmup, max_warmup: warm-up rounds after the first step: at least
             `warmup`, more until step times settle, at most `max_warmup`.
         timeout_s: hard limit for the whole child, compilation included.
@@ -53,6 +55,7 @@ class TrialRequest:
     steps: int = 20
     warmup: int = 2
     max_warmup: int = 30
+    prune_ratio: float | None = None
     timeout_s: float = 300.0
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
@@ -119,6 +122,7 @@ class SubprocessLauncher(Launcher):
             "steps": request.steps,
             "warmup": request.warmup,
             "max_warmup": request.max_warmup,
+            "prune_ratio": request.prune_ratio,
             "compiler_options": None if request.compiler_options is None
             else dict(request.compiler_options),
             "dump_dir": str(scratch / "dump"),

@@ -95,6 +95,7 @@ class StudyPlan:
     base_env: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] | None = None
     memory_limit_bytes: int | None = None
+    prune_margin: float | None = 1.3
 
 
 @dataclass(frozen=True)
@@ -255,10 +256,12 @@ class StudyRunner:
                 study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
 
     def _run_trial(self, study: optuna.Study, trial: optuna.Trial, done: int) -> TrialEvent:
-
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
         config = {} if role is Role.BASELINE else self.plan.space.sample(trial)
-        outcome = self._guard(self.launcher.launch(self._request(config)))
+        request = self._request(config)
+        if role is Role.SEARCH:
+            request = replace(request, prune_ratio=self._prune_ratio(study))
+        outcome = self._guard(self.launcher.launch(request))
         ratio = self._ratio(outcome)
         user_env = compose_env(config, self.plan.base_env, _catalog())
         run_id = self.store.record_run(
@@ -270,6 +273,18 @@ class StudyRunner:
             trial.number, role, outcome, 1 / ratio if ratio else None,
             _best_speedup(study), done, self.plan.trials,
         )
+
+    def _prune_ratio(self, study: optuna.Study) -> float | None:
+        """Stop a search trial once it is `prune_margin` times slower than the best so far.
+
+        Only in PAIRED mode (the child compares against its own baseline) and
+        only once a configuration has been measured; None disables pruning.
+        """
+        margin = self.plan.prune_margin
+        best = _best_speedup(study)
+        if margin is None or best is None or self.plan.mode is not MeasureMode.PAIRED:
+            return None
+        return margin / best
 
     def _request(self, config: Mapping[str, FlagValue]) -> TrialRequest:
         p = self.plan

@@ -108,3 +108,21 @@ def test_replay_of_an_unrecorded_configuration_is_a_crash_not_an_exception():
     replay = ReplayLauncher({})
     outcome = replay.launch(TrialRequest(Path("x.py"), "tiny", flags={"a": 1}))
     assert outcome.kind is OutcomeKind.CRASHED and "no recorded outcome" in outcome.message
+
+
+def test_search_trials_are_told_to_optuna_by_outcome(tmp_path):
+    """Baseline ok, then pruned and numerics-mismatch searches: never ranked, states kept."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    store = Store.open(url)
+    pruned = TrialOutcome(OutcomeKind.PRUNED, "stopped", paired(2.0, 5).measurement)
+    wrong = TrialOutcome(OutcomeKind.NUMERICS_MISMATCH, "differs", paired(0.5, 6).measurement)
+    replay = ReplayLauncher({config_key({}): [paired(1.0, 1, same=True)]},
+                            default=[pruned, wrong])
+    plan = StudyPlan(name="p", space_name="cpu", space=load_space("cpu"), seed=1,
+                     workload=resolve_benchmark("transformer"), trials=5, sampler="random")
+    StudyRunner(plan, store, replay, url).run()
+    states = [t.state.name for t in optuna.load_study(study_name="p", storage=url).trials]
+    assert states[0] == "COMPLETE" and set(states[1:]) == {"PRUNED", "FAIL"}
+    assert [r.run.role for r in best_rows(store.runs("p"), load_catalog())] == [Role.BASELINE]

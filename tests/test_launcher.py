@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -172,3 +172,12 @@ def test_command_that_never_reports_is_a_crash_with_a_hint(tmp_path):
     outcome = SubprocessLauncher().launch(request)
     assert outcome.kind is OutcomeKind.CRASHED
     assert "wrote no result" in outcome.message and "autotune.bench.report()" in outcome.message
+
+
+def test_clearly_slower_candidate_is_pruned_after_a_few_steps(workloads_dir):
+    request = TrialRequest(workloads_dir / "toy.py", "tiny", steps=20, warmup=1, max_warmup=2,
+                           compiler_options={}, prune_ratio=0.5)
+    outcome = SubprocessLauncher().launch(request)
+    assert outcome.kind is OutcomeKind.PRUNED
+    assert "above the 0.500 limit" in outcome.message
+    assert len(outcome.measurement.step_times_s) == 6  # stopped, not 20

@@ -44,6 +44,10 @@ def study(
         min=0, help="Re-measure the best K configurations after the search (0: skip).")] = 3,
     confirm_repeats: Annotated[int, typer.Option(
         min=2, help="Fresh processes per confirmed configuration.")] = 4,
+    prune_margin: Annotated[float, typer.Option(
+        min=1.0, help="Stop a trial once it is this many times slower than the best so far "
+                      "(paired mode).")] = 1.3,
+    prune: Annotated[bool, typer.Option(help="Stop clearly slower trials early.")] = True,
     trial_memory_limit: Annotated[str | None, typer.Option(
         help="Address-space limit of each trial process, e.g. 16GiB (default: none).")] = None,
 ) -> None:
@@ -65,6 +69,7 @@ def study(
         max_warmup=max_warmup,
         mode=_mode(mode, MeasureMode), base_env=dict(os.environ), command=argv,
         memory_limit_bytes=_size(trial_memory_limit),
+        prune_margin=prune_margin if prune else None,
     )
     store = open_store(storage, must_exist=False)
     runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)

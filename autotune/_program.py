@@ -1,0 +1,82 @@
+"""Facts about a compiled program, read inside the trial child: collectives, code, memory.
+
+Imports only the standard library at import time; jax inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+def hlo_stats(compiled: Any) -> dict[str, int]:
+    """Count collectives (sync and async starts) and fusions in the optimised HLO."""
+    import re
+
+    text = compiled.as_text() or ""
+    stats = {}
+    for op in _COLLECTIVES:
+        stats[op] = len(re.findall(rf"\s{op}(?:-start)?\(", text))
+    stats["fusion"] = len(re.findall(r"\sfusion\(", text))
+    stats["instructions"] = sum(1 for line in text.splitlines() if " = " in line)
+    return stats
+
+
+def program_fingerprint(dump_dir: str | None) -> str | None:
+    """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
+
+    Module numbers in file names differ between compilations of one program, so
+    files are keyed by name with the `module_NNNN.` prefix removed.
+    """
+    import hashlib
+    import re
+    from pathlib import Path
+
+    if not dump_dir or not Path(dump_dir).is_dir():
+        return None
+    wanted = re.compile(r"(after_optimizations\.txt|\.o|\.ptx|\.cubin)$")
+    digest = hashlib.sha256()
+    files = [p for p in Path(dump_dir).iterdir() if wanted.search(p.name)]
+    for path in sorted(files, key=lambda p: re.sub(r"^module_\d+\.", "", p.name)):
+        digest.update(re.sub(r"^module_\d+\.", "", path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16] if files else None
+
+
+def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
+    """Peak memory of the step and where the figure comes from.
+
+    The headline figure is the device allocator's peak (`memory_stats`) where
+    the backend has one and the process ran only this executable (DIRECT
+    mode); otherwise the compiled program's own footprint from
+    `memory_analysis` (arguments + outputs + temporaries - aliased + code).
+    The process's peak RSS is recorded beside it.
+    """
+    import resource
+
+    import jax
+
+    analysis = compiled.memory_analysis()
+    program = None
+    if analysis is not None:
+        program = int(
+            analysis.argument_size_in_bytes
+            + analysis.output_size_in_bytes
+            + analysis.temp_size_in_bytes
+            - analysis.alias_size_in_bytes
+            + analysis.generated_code_size_in_bytes
+        )
+    stats = jax.devices()[0].memory_stats() or {}
+    device_peak = stats.get("peak_bytes_in_use")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak: int | None = program
+    source = "memory_analysis"
+    if direct and device_peak is not None:
+        peak, source = int(device_peak), "memory_stats"
+    return {
+        "peak_memory_bytes": peak,
+        "memory_source": source,
+        "device_peak_bytes": device_peak,
+        "rss_peak_bytes": rss,
+    }
