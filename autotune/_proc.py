@@ -8,13 +8,15 @@ group is killed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,3 +133,23 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C back until the block ends, then raise KeyboardInterrupt.
+
+    For short bookkeeping (a trial created, a result recorded and told) that
+    must not be cut in half. Outside the main thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune._proc import deferred_interrupt
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
 from autotune.errors import BaselineFailedError, UsageError
@@ -182,12 +183,16 @@ class StudyRunner:
         study = _open_optuna(p, self.storage_url)
         ran = 0
         while (done := _finished(study)) < p.trials:
-            self._enqueue_reference(study)
-            trial = study.ask()
+            trial: optuna.Trial | None = None
             try:
+                with deferred_interrupt():  # a trial is created whole, or not at all
+                    self._enqueue_reference(study)
+                    trial = study.ask()
                 event = self._run_trial(study, trial, done + 1)
             except BaseException:  # Ctrl-C anywhere in the trial: never leave it RUNNING
-                _fail_open_trial(study, trial)
+                if trial is not None:
+                    with deferred_interrupt():
+                        _fail_open_trial(study, trial)
                 raise
             ran += 1
             if on_trial:
@@ -261,14 +266,16 @@ class StudyRunner:
         request = self._request(config)
         if role is Role.SEARCH:
             request = replace(request, prune_ratio=self._prune_ratio(study))
-        outcome = self._guard(self.launcher.launch(request))
-        ratio = self._ratio(outcome)
-        user_env = compose_env(config, self.plan.base_env, _catalog())
-        run_id = self.store.record_run(
-            self.plan.name, trial.number, role, config, user_env, outcome,
-            _environment(outcome.measurement), ratio=ratio,
-        )
-        self._tell(study, trial, outcome, ratio, role, run_id)
+        outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
+        with deferred_interrupt():  # recorded and told together, or neither
+            outcome = self._guard(outcome)
+            ratio = self._ratio(outcome)
+            user_env = compose_env(config, self.plan.base_env, _catalog())
+            run_id = self.store.record_run(
+                self.plan.name, trial.number, role, config, user_env, outcome,
+                _environment(outcome.measurement), ratio=ratio,
+            )
+            self._tell(study, trial, outcome, ratio, role, run_id)
         return TrialEvent(
             trial.number, role, outcome, 1 / ratio if ratio else None,
             _best_speedup(study), done, self.plan.trials,
