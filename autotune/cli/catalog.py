@@ -202,7 +202,10 @@ def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
     if not findings:
         out.print(f"{count} flags checked against jaxlib {jaxlib}: no findings")
         return
-    table = Table("flag", "finding", "what is wrong", "fix")
+    table = Table()
+    table.add_column("flag", overflow="fold", min_width=20)  # never cut a flag name
+    for column in ("finding", "what is wrong", "fix"):
+        table.add_column(column, overflow="fold")
     for f in findings:
         kind = f.kind.value + (" (aborts)" if f.would_abort else "")
         table.add_row(f.flag, kind, f.message, f.fix)
