@@ -1,4 +1,4 @@
-"""Parse the trial child's result file and summarise step times.
+"""Parse the trial child's result file (statistics of step times: `autotune.stats`).
 
 The result file is the contract between `autotune.bench` (child) and the
 parent: a JSON object with `schema_version`, `status` (an OutcomeKind value)
@@ -8,8 +8,6 @@ and the measured fields. Nothing here imports jax.
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,35 +18,6 @@ RESULT_SCHEMA_VERSION = 1
 
 class ResultFileError(ValueError):
     """The result file is missing fields or is not valid JSON (a fault of the child)."""
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Robust statistics of a list of step times (seconds)."""
-
-    n: int
-    median: float
-    q1: float
-    q3: float
-
-    @property
-    def iqr(self) -> float:
-        return self.q3 - self.q1
-
-    @property
-    def relative_iqr(self) -> float:
-        """IQR over median: the spread as a fraction of the figure."""
-        return self.iqr / self.median if self.median else float("nan")
-
-
-def summarise(times: tuple[float, ...] | list[float]) -> Summary | None:
-    """Median and quartiles of `times`, or None when there are none."""
-    if not times:
-        return None
-    if len(times) < 2:
-        return Summary(1, times[0], times[0], times[0])
-    q1, med, q3 = statistics.quantiles(times, n=4, method="inclusive")
-    return Summary(len(times), med, q1, q3)
 
 
 def _floats(body: dict[str, Any], key: str) -> tuple[float, ...]:
