@@ -5,11 +5,14 @@ Works on plain `RunRecord`s from the store; never touches the database itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.confirm import Confirmation, confirmation
+from autotune.flags.compose import effective_config
+from autotune.measured import peak_memory, within_budget
 from autotune.records import FlagValue, Role, RunRecord
 
 
@@ -62,50 +65,96 @@ class BestRow:
 
 def changed_flags(flags: Mapping[str, FlagValue], catalog: Any) -> dict[str, FlagValue]:
     """The flags of a configuration whose value differs from XLA's documented default."""
-    out: dict[str, FlagValue] = {}
-    for name, value in flags.items():
-        try:
-            default = catalog.get(name).default
-        except Exception:  # a flag the catalog does not know: always worth showing
-            default = None
-        if default is None or value != default:
-            out[name] = value
-    return out
+    return effective_config(flags, catalog)
 
 
 def _config_key(flags: Mapping[str, FlagValue]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in flags.items()))
 
 
-def ranked(runs: list[RunRecord]) -> list[RunRecord]:
-    """Successful non-baseline runs, fastest first; one (the best) per distinct configuration."""
-    candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role is not Role.BASELINE]
+def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
+    """Successful non-baseline runs, fastest first; one (the best) per distinct configuration.
+
+    With a memory budget, configurations whose peak memory exceeds it are left out:
+    they are infeasible, never a winner.
+    """
+    candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role is not Role.BASELINE
+                  and within_budget(r, memory_budget)]
     best: dict[tuple[tuple[str, str], ...], RunRecord] = {}
     for run in sorted(candidates, key=lambda r: (r.ratio, r.id)):
         best.setdefault(_config_key(run.flags), run)
     return list(best.values())
 
 
-def confirmed_order(runs: list[RunRecord]) -> list[tuple[RunRecord, Confirmation | None]]:
+def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None
+                    ) -> list[tuple[RunRecord, Confirmation | None]]:
     """`ranked(runs)` reordered by what the confirmation phase found.
 
     Configurations with a confirmed estimate come first, fastest confirmed
     first; then the rest in the search's order. A search winner that was luck
     therefore drops below one the re-measurement upholds.
     """
-    pairs = [(run, confirmation(runs, run)) for run in ranked(runs)]
+    pairs = [(run, confirmation(runs, run)) for run in ranked(runs, memory_budget)]
     confirmed = sorted((p for p in pairs if p[1] is not None and p[1].estimate is not None),
                        key=lambda p: p[1].estimate.ratio)  # type: ignore[union-attr]
     return confirmed + [p for p in pairs if p[1] is None or p[1].estimate is None]
 
 
-def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10) -> list[BestRow]:
-    """The baseline row (if measured) followed by the `limit` best configurations."""
+def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
+            memory_budget: int | None = None) -> list[tuple[RunRecord, Confirmation | None]]:
+    """The study's configurations best first, by what it minimises.
+
+    Time (alone or with memory): `confirmed_order`. Memory alone: lowest peak
+    memory first, time breaking ties. Configurations over `memory_budget` are
+    left out either way.
+    """
+    if tuple(objectives) != ("memory",):
+        return confirmed_order(runs, memory_budget)
+    order = sorted(ranked(runs, memory_budget),
+                   key=lambda r: (peak_memory(r) or math.inf, r.ratio or math.inf))
+    return [(run, confirmation(runs, run)) for run in order]
+
+
+def pareto_front(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
+    """The configurations no other one beats on both time and peak memory, fastest first.
+
+    Candidates are the ranked configurations (within the budget) and the
+    baseline (XLA's defaults are a valid answer too).
+    """
+    base = [r for r in runs if r.role is Role.BASELINE and r.outcome.ok and r.ratio
+            and within_budget(r, memory_budget)][:1]
+    points = [r for r in ranked(runs, memory_budget) + base if peak_memory(r) is not None]
+    front = [r for r in points if not any(_dominates(o, r) for o in points)]
+    return sorted(front, key=lambda r: (r.ratio or math.inf, peak_memory(r) or 0))
+
+
+def _dominates(a: RunRecord, b: RunRecord) -> bool:
+    ta, tb = a.ratio or math.inf, b.ratio or math.inf
+    ma, mb = peak_memory(a) or 0, peak_memory(b) or 0
+    return ta <= tb and ma <= mb and (ta < tb or ma < mb)
+
+
+def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
+    """How many distinct successful configurations exceeded the memory budget."""
+    if memory_budget is None:
+        return 0
+    return len(ranked(runs)) - len(ranked(runs, memory_budget))
+
+
+def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
+              memory_budget: int | None = None,
+              objectives: Sequence[str] = ("time",)) -> list[BestRow]:
+    """The baseline row (if measured) followed by the `limit` best configurations.
+
+    Configurations over `memory_budget` are not ranked (see `ranked`); the
+    order follows `objectives` (see `ordered`).
+    """
     rows: list[BestRow] = []
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if baseline is not None:
         rows.append(BestRow(None, baseline, {}))
-    for rank, (run, conf) in enumerate(confirmed_order(runs)[:limit], start=1):
+    for rank, (run, conf) in enumerate(ordered(runs, objectives, memory_budget)[:limit],
+                                       start=1):
         rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf))
     return rows
 

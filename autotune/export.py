@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from autotune.analysis import changed_flags, confirmed_order
+from autotune.analysis import changed_flags, ordered
 from autotune.confirm import Confirmation
 from autotune.errors import ExportError
 from autotune.records import Role, RunRecord, StudyRecord
@@ -75,12 +75,15 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
                     rank: int = 1) -> dict[str, Any]:
     """The export mapping for the configuration ranked `rank` (1 = best).
 
+    Ranked by the study's objectives (`analysis.ordered`; time first when it
+    has two), never over its memory budget.
+
     Raises:
         ExportError: the study has no successful configuration of that rank.
     """
     from autotune.flags.compose import compose_env, xla_flags_string
 
-    order = confirmed_order(runs)
+    order = ordered(runs, study.objectives, study.memory_budget_bytes)
     if not 1 <= rank <= len(order):
         raise ExportError(
             f"study '{study.name}' has {len(order)} successful configurations, no rank {rank}; "
@@ -99,6 +102,8 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         "xla_flags": xla_flags_string(run.flags, catalog),
         "measured": _measured(run, baseline, conf),
         "measured_on": _measured_on(run, study),
+        "objectives": list(study.objectives),
+        "memory_budget_bytes": study.memory_budget_bytes,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

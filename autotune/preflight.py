@@ -8,13 +8,14 @@ report, before a trial is spent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autotune.errors import BackendMismatchError, UnknownFlagsInSpaceError
 from autotune.flags.catalog import Catalog, Channel
+from autotune.records import FlagValue
 from autotune.spaces import Space
-from autotune.spaces.prune import without_flags
+from autotune.spaces.prune import without_flags, without_values
 
 if TYPE_CHECKING:
     from autotune.flags.probe import ProbeReport
@@ -28,6 +29,7 @@ class Preflight:
     dropped: tuple[str, ...]
     backend: str
     backend_mismatch: bool
+    dropped_values: dict[str, list[FlagValue]] = field(default_factory=dict)
 
 
 def unknown_flags(space: Space, catalog: Catalog, report: ProbeReport) -> list[str]:
@@ -70,4 +72,21 @@ def check(space: Space, catalog: Catalog, report: ProbeReport, *, drop_unknown: 
             "its flags would have no effect to measure. Run it where JAX sees a "
             f"{space.backend}, or pass --allow-backend-mismatch to run it anyway")
     pruned = without_flags(space, unknown) if unknown else space
-    return Preflight(pruned, tuple(unknown), report.backend, mismatch)
+    rejected = rejected_values(pruned, report)
+    if rejected:
+        pruned = without_values(pruned, rejected)
+    return Preflight(pruned, tuple(unknown), report.backend, mismatch, rejected)
+
+
+def rejected_values(space: Space, report: ProbeReport) -> dict[str, list[FlagValue]]:
+    """flag -> the space's candidate values the probe saw this XLA reject.
+
+    The search never proposes them: a trial with one would only end as
+    `invalid_value`.
+    """
+    out: dict[str, list[FlagValue]] = {}
+    for param in space.params.values():
+        bad = [v for v in param.choices or () if report.value_ok(param.flag, v) is False]
+        if bad:
+            out.setdefault(param.flag, []).extend(bad)
+    return out

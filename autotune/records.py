@@ -166,6 +166,13 @@ class StudyRecord:
     mode: MeasureMode
     created_at: datetime
     space_backend: str | None = None
+    objectives: tuple[str, ...] = ("time",)
+    memory_budget_bytes: int | None = None
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether the study searches a Pareto front (time and memory)."""
+        return len(self.objectives) > 1
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,32 @@
-"""A launcher that answers from a recorded table instead of running JAX.
+"""Launchers that answer from recorded outcomes instead of running JAX.
 
-The double for hardware and time we do not have: tests of the study logic
-(confirmation, ranking, failures) and, later, search benchmarks run against a
-table of configuration -> recorded outcomes. Each configuration's outcomes are
-handed out in order and then cycled, so a table with several repeats per
-configuration reproduces their spread.
+The double for hardware and time we do not have. `ReplayLauncher` hands out
+outcomes given in code, in order and cycled (tests of confirmation, ranking,
+failures). `TableLauncher` answers from a `ReplayTable`, an exhaustive table
+measured on a real machine and kept under `benchmarks/tables/`, drawing each
+answer from the recorded repeats so the search sees the real noise: the
+search benchmark and the search tests run on it without JAX.
 """
 
 from __future__ import annotations
 
+import json
+import random
+import statistics
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import cycle
+from pathlib import Path
+from typing import Any
 
+from autotune.flags import compose
 from autotune.launcher import Launcher, TrialRequest
+from autotune.measurement import measurement_from_body
 from autotune.records import FlagValue, OutcomeKind, TrialOutcome
+from autotune.stats import paired_ratio
+
+TABLE_KIND = "autotune-replay-table"
+TABLE_SCHEMA_VERSION = 1
 
 ConfigKey = frozenset[tuple[str, FlagValue]]
 
@@ -46,3 +59,120 @@ class ReplayLauncher(Launcher):
             return TrialOutcome(OutcomeKind.CRASHED,
                                 f"no recorded outcome for {dict(request.flags)}")
         return next(stream)
+
+
+class TableError(ValueError):
+    """A recorded table file that is missing, malformed or of another schema version."""
+
+
+@dataclass(frozen=True)
+class ReplayTable:
+    """An exhaustive recorded table (see `benchmarks/scripts/record_table.py`).
+
+    Attributes:
+        path: the file it was read from.
+        meta: how it was made (benchmark, preset, space, repeats, versions, command).
+        flags: key -> the effective configuration (`config_key` of it is the key).
+        runs: key -> the recorded runs of that configuration, one per repeat
+            (result bodies as the trial child writes them: status, step times...).
+    """
+
+    path: Path
+    meta: Mapping[str, Any]
+    flags: Mapping[str, Mapping[str, FlagValue]]
+    runs: Mapping[str, Sequence[Mapping[str, Any]]]
+
+    @classmethod
+    def load(cls, path: Path | str) -> ReplayTable:
+        """Read and check a table file.
+
+        Raises:
+            TableError: unreadable, not JSON, not a replay table, or another schema version.
+        """
+        file = Path(path)
+        try:
+            doc = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TableError(f"cannot read the replay table {file}: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("kind") != TABLE_KIND:
+            raise TableError(f"{file} is not a replay table (kind: {TABLE_KIND})")
+        if doc.get("schema_version") != TABLE_SCHEMA_VERSION:
+            raise TableError(f"{file}: schema_version {doc.get('schema_version')!r} is not "
+                             f"{TABLE_SCHEMA_VERSION}; record the table again")
+        entries = doc.get("entries", [])
+        flags = {compose.config_key(e["flags"]): e["flags"] for e in entries}
+        runs = {compose.config_key(e["flags"]): e["runs"] for e in entries}
+        meta = {k: v for k, v in doc.items() if k != "entries"}
+        return cls(file, meta, flags, runs)
+
+    def true_ratio(self, key: str) -> float | None:
+        """The configuration's time ratio: the mean over its OK repeats (None if none is OK)."""
+        ratios = [r for r in (_run_ratio(run) for run in self.runs.get(key, ())) if r]
+        return statistics.fmean(ratios) if ratios else None
+
+    def ratios(self) -> dict[str, float]:
+        """key -> `true_ratio` of every configuration with an OK repeat."""
+        out = {key: self.true_ratio(key) for key in self.runs}
+        return {key: ratio for key, ratio in out.items() if ratio is not None}
+
+    def flatness(self, within: float) -> float:
+        """The share of configurations whose ratio is within `within` (0.02: 2%) of the best."""
+        ratios = self.ratios()
+        best = min(ratios.values())
+        return sum(r <= best * (1 + within) for r in ratios.values()) / len(ratios)
+
+
+class TableLauncher(Launcher):
+    """Answers each trial from a `ReplayTable`, the noise drawn from the recorded repeats.
+
+    A request is looked up by its effective configuration; one of that
+    configuration's recorded repeats is drawn at random (seeded), failures
+    included. With `prune_ratio` set, the child's pruning rule
+    (`autotune.bench`) is applied to the recorded steps, so pruned trials
+    come out as they would have.
+
+    Args:
+        table: the recorded table.
+        catalog: the flag catalog (XLA's defaults, to find the effective configuration).
+        seed: seed of the draws.
+    """
+
+    def __init__(self, table: ReplayTable, catalog: Any, seed: int | None = None) -> None:
+        self.table = table
+        self.catalog = catalog
+        self.rng = random.Random(seed)
+        self.launched: list[str] = []
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        key = compose.config_key(compose.effective_config(request.flags, self.catalog))
+        self.launched.append(key)
+        runs = self.table.runs.get(key)
+        if not runs:
+            return TrialOutcome(OutcomeKind.CRASHED, f"the replay table has no entry {key!r}")
+        return _outcome(self.rng.choice(list(runs)), request.prune_ratio)
+
+
+def _run_ratio(run: Mapping[str, Any]) -> float | None:
+    if run.get("status") != "ok" or not run.get("step_times_s"):
+        return None
+    return paired_ratio([run["step_times_s"]], [run["baseline_step_times_s"]], n_boot=1).ratio
+
+
+def _outcome(run: Mapping[str, Any], prune_ratio: float | None) -> TrialOutcome:
+    """A recorded run as the outcome of a PAIRED trial (pruned by the child's rule if due)."""
+    from autotune import bench
+
+    body = {"mode": "paired", "backend": "cpu", **run}
+    kind = OutcomeKind(body.get("status", "ok"))
+    if kind is OutcomeKind.OK and prune_ratio is not None:
+        cand, base = body["step_times_s"], body["baseline_step_times_s"]
+        settings = bench.MeasureSettings(prune_ratio=prune_ratio)
+        for k in range(settings.prune_after, len(cand) + 1):
+            if verdict := bench._prune_verdict(cand[:k], base[:k], settings):
+                body.update(verdict, step_times_s=cand[:k], baseline_step_times_s=base[:k])
+                kind = OutcomeKind.PRUNED
+                break
+    measurement = measurement_from_body(body) if body.get("step_times_s") else None
+    duration = body.get("compile_time_s", 0.0) + sum(body.get("step_times_s", ())) \
+        + sum(body.get("baseline_step_times_s", ()))
+    return TrialOutcome(kind, body.get("message", ""), measurement, duration_s=duration)

@@ -2,40 +2,38 @@
 
 One process, one trial at a time (ask/tell). Every trial is launched through a
 `Launcher`, recorded in autotune's own tables through the `Store`, and told to
-Optuna. The objective is the step time relative to the baseline (below 1 is
-faster): measured in-process against the baseline (PAIRED) where every flag of
-the configuration can be given per compilation, else against the study's
-baseline run (DIRECT).
+Optuna. The time objective is the step time relative to the baseline (below 1
+is faster): measured in-process against the baseline (PAIRED) where every flag
+of the configuration can be given per compilation, else against the study's
+baseline run (DIRECT). The memory objective is the peak memory in bytes.
+
+No wasted trials: the baseline, then the recommended configuration, run first;
+a proposal whose effective flags were measured already is told the recorded
+result without a launch (`autotune.measured`), and `--trials` counts launches.
+With a memory budget, a configuration above it is infeasible through Optuna's
+constraints (`trial.set_constraint`), and the `feasible` user attribute says so.
+A trial left running by a killed process is failed by Optuna's heartbeat and
+run again once.
 """
 
 from __future__ import annotations
 
-import platform
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from autotune._proc import deferred_interrupt
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
-from autotune.errors import BaselineFailedError, UsageError
-from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
-from autotune.launcher import Launcher, TrialRequest
-from autotune.numerics import checksums_agree, tolerance
-from autotune.records import (
-    Environment,
-    FlagValue,
-    Measurement,
-    MeasureMode,
-    OutcomeKind,
-    Role,
-    RunRecord,
-    TrialOutcome,
-)
-from autotune.stats import paired_ratio, step_stats
+from autotune.errors import BaselineFailedError
+from autotune.launcher import Launcher
+from autotune.measured import MeasuredIndex, objective_values, peak_memory
+from autotune.records import FlagValue, MeasureMode, OutcomeKind, Role, RunRecord, TrialOutcome
+from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
 from autotune.storage.store import Store
+from autotune.trials import RequestSettings, TrialJudge, environment_of, with_device_count
 from autotune.workloads import WorkloadInfo
 
 if TYPE_CHECKING:
@@ -43,36 +41,8 @@ if TYPE_CHECKING:
 
     from autotune.spaces import Space
 
-DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
-
-
-def _tpe(seed: int | None) -> Any:
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
-                                          n_startup_trials=5)
-
-
-def _random(seed: int | None) -> Any:
-    import optuna
-
-    return optuna.samplers.RandomSampler(seed=seed)
-
-
-SAMPLERS: dict[str, Callable[[int | None], Any]] = {"tpe": _tpe, "random": _random}
-
-
-def make_sampler(name: str, seed: int | None) -> Any:
-    """An Optuna sampler from the registry.
-
-    Raises:
-        UsageError: unknown sampler name (the message lists the known ones).
-    """
-    if name not in SAMPLERS:
-        raise UsageError(f"unknown sampler '{name}'. Known samplers: {', '.join(SAMPLERS)}")
-    return SAMPLERS[name](seed)
+#: Proposals in a row that repeat measured configurations before a study stops.
+MAX_REPEATED_PROPOSALS = 100
 
 
 @dataclass(frozen=True)
@@ -86,7 +56,7 @@ class StudyPlan:
     preset: str = "small"
     devices: int = 8
     trials: int = 12
-    sampler: str = "tpe"
+    sampler: str = "auto"
     seed: int | None = None
     timeout_per_trial: float = 300.0
     steps: int = 20
@@ -97,11 +67,18 @@ class StudyPlan:
     command: tuple[str, ...] | None = None
     memory_limit_bytes: int | None = None
     prune_margin: float | None = 1.3
+    objectives: tuple[Objective, ...] = (Objective.TIME,)
+    memory_budget_bytes: int | None = None
+    heartbeat_s: int = 30
+
+    def sampler_choice(self) -> SamplerChoice:
+        """The sampler to run (`auto` resolved). Raises UsageError for a bad choice."""
+        return choose_sampler(self.sampler, self.objectives, self.space, self.trials)
 
 
 @dataclass(frozen=True)
 class TrialEvent:
-    """Reported after each trial, for progress displays."""
+    """Reported after each launched trial, for progress displays."""
 
     number: int
     role: Role
@@ -112,37 +89,14 @@ class TrialEvent:
     total: int
 
 
-def with_device_count(env: Mapping[str, str], devices: int) -> dict[str, str]:
-    """`env` with XLA_FLAGS asking the host platform for `devices` devices.
+@dataclass(frozen=True)
+class RunSummary:
+    """What `StudyRunner.run` did: trials launched, proposals answered from records, why it
+    stopped before `--trials` launches (None when it did not)."""
 
-    Only the CPU (host) platform reads this flag; GPUs and TPUs ignore it.
-    """
-    tokens = [(n, v) for n, v in parse_flag_string(env.get("XLA_FLAGS", ""))
-              if n != DEVICE_COUNT_FLAG]
-    tokens.append((DEVICE_COUNT_FLAG, str(devices)))
-    out = dict(env)
-    out["XLA_FLAGS"] = " ".join(f"--{n}" if v is None else f"--{n}={v}" for n, v in tokens)
-    return out
-
-
-def _environment(m: Any) -> Environment | None:
-    if m is None:
-        return None
-    return Environment(
-        host=platform.node(), python_version=platform.python_version(),
-        jax_version=m.jax_version, jaxlib_version=m.jaxlib_version, backend=m.backend,
-        device_kind=m.device_kind, device_count=m.device_count,
-    )
-
-
-def _open_optuna(plan: StudyPlan, storage_url: str) -> optuna.Study:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
-        study_name=plan.name, storage=storage_url, direction="minimize",
-        sampler=make_sampler(plan.sampler, plan.seed), load_if_exists=True,
-    )
+    launched: int
+    reused: int
+    stopped: str | None = None
 
 
 class StudyRunner:
@@ -152,15 +106,19 @@ class StudyRunner:
         plan: the validated request.
         store: autotune's tables (already opened and migrated).
         launcher: how each trial is measured.
-        storage_url: the same database, for Optuna's tables.
+        storage: the same database's URL for Optuna's tables (heartbeats on),
+            or an Optuna storage object (e.g. in memory, for search benchmarks).
     """
 
-    def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage_url: str):
+    def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage: Any):
         self.plan = plan
         self.store = store
         self.launcher = launcher
-        self.storage_url = storage_url
-        self.base_env = with_device_count(plan.base_env, plan.devices)
+        self.storage = storage
+        self.choice = plan.sampler_choice()
+        self.judge = TrialJudge(_settings(plan), _catalog(),
+                                lambda: store.runs(plan.name, roles=[Role.BASELINE]))
+        self._grid: list[tuple[dict[str, Any], str]] | None = None
 
     def prepare(self) -> None:
         """Create the study, or check that a resumed one has the same settings.
@@ -170,54 +128,80 @@ class StudyRunner:
         """
         p = self.plan
         self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode,
-                                space_backend=p.space.backend)
+                                space_backend=p.space.backend,
+                                objectives=[o.value for o in p.objectives],
+                                memory_budget_bytes=p.memory_budget_bytes)
 
-    def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> int:
-        """Run trials until the study holds `plan.trials` finished ones; return how many ran.
+    def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> RunSummary:
+        """Launch trials until the study holds `plan.trials` launched ones.
 
-        Ctrl-C fails the trial in flight (its child is killed) and re-raises;
-        everything finished stays in the database.
+        Proposals that repeat a measured configuration are told its recorded
+        result and launch nothing. Ctrl-C fails the trial in flight (its child
+        is killed) and re-raises; everything finished stays in the database.
+
+        Raises:
+            BaselineFailedError: the baseline did not run (nothing to compare to).
         """
-        p = self.plan
         self.prepare()
-        study = _open_optuna(p, self.storage_url)
-        ran = 0
-        while (done := _finished(study)) < p.trials:
+        study = self._open_optuna()
+        index = MeasuredIndex.of(self.store.runs(self.plan.name), self.judge.catalog)
+        launched = reused = streak = 0
+        while index.launched < self.plan.trials:
+            if streak >= MAX_REPEATED_PROPOSALS:
+                return RunSummary(launched, reused, _exhausted_note(streak))
             trial: optuna.Trial | None = None
             try:
                 with deferred_interrupt():  # a trial is created whole, or not at all
-                    self._enqueue_reference(study)
-                    trial = study.ask()
-                event = self._run_trial(study, trial, done + 1)
+                    if not self._enqueue_next(study, index):
+                        return RunSummary(launched, reused, "every configuration of the "
+                                          "space has been measured")
+                    with _quiet_experimental():
+                        trial = study.ask()
+                role, config = self._proposal(trial)
+                prior = index.get(config) if role is not Role.BASELINE else None
+                if prior is not None:
+                    with deferred_interrupt():
+                        self._tell(study, trial, prior, role, reused=True)
+                    reused, streak = reused + 1, streak + 1
+                    continue
+                run = self._launch(study, trial, role, config, index)
             except BaseException:  # Ctrl-C anywhere in the trial: never leave it RUNNING
                 if trial is not None:
                     with deferred_interrupt():
                         _fail_open_trial(study, trial)
                 raise
-            ran += 1
+            index.add(run)
+            launched, streak = launched + 1, 0
             if on_trial:
-                on_trial(event)
-            if event.role is Role.BASELINE and not event.outcome.ok:
-                raise _baseline_failed(event.outcome)
-        return ran
+                on_trial(self._event(run, index))
+            if role is Role.BASELINE and not run.outcome.ok:
+                raise _baseline_failed(run.outcome)
+        return RunSummary(launched, reused)
+
+    def remaining(self) -> int:
+        """Trials still to launch before the study holds `plan.trials` launched ones."""
+        index = MeasuredIndex.of(self.store.runs(self.plan.name), self.judge.catalog)
+        return max(0, self.plan.trials - index.launched)
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
         """Re-measure the `top` best configurations `repeats` times each, interleaved.
 
         Round r measures every target once (in DIRECT mode after one baseline
-        process), so drift hits all of them alike. Runs already made (an
-        interrupted confirmation) count: re-running continues. Returns the
-        configurations confirmed (their search runs).
+        process), so drift hits all of them alike. Configurations over the
+        memory budget are not candidates. Runs already made (an interrupted
+        confirmation) count: re-running continues. Returns the configurations
+        confirmed (their search runs).
         """
         runs = self.store.runs(self.plan.name)
-        targets = [r for r in ranked(runs) if needs_confirmation(r)][:top]
+        targets = [r for r in ranked(runs, self.plan.memory_budget_bytes)
+                   if needs_confirmation(r)][:top]
         pending = self._confirm_plan(runs, targets, repeats)
         for done, (number, flags) in enumerate(pending, start=1):
-            outcome = self.launcher.launch(self._request(flags))
+            outcome = self.launcher.launch(self.judge.request(flags))
             self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
-                                  compose_env(flags, self.plan.base_env, _catalog()), outcome,
-                                  _environment(outcome.measurement))
+                                  self.judge.user_env(flags), outcome,
+                                  environment_of(outcome.measurement))
             if on_run:
                 on_run(ConfirmEvent(number, outcome, done, len(pending)))
         return targets
@@ -226,7 +210,7 @@ class StudyRunner:
                       repeats: int) -> list[tuple[int, Mapping[str, FlagValue]]]:
         """(trial number, flags) of each run still to make, round by round."""
         base = baseline_trial(runs)
-        direct = any(self._request(t.flags).compiler_options is None for t in targets)
+        direct = any(self.judge.request(t.flags).compiler_options is None for t in targets)
         plan: list[tuple[int, Mapping[str, FlagValue]]] = []
         for round_ in range(repeats):
             if direct and base is not None and len(confirm_runs(runs, base)) <= round_:
@@ -237,131 +221,136 @@ class StudyRunner:
                     plan.append((target.trial_number, target.flags))
         return plan
 
-    def remaining(self) -> int:
-        """Trials still to run before the study holds `plan.trials` finished ones."""
+    # --- Optuna ------------------------------------------------------------------------------
+
+    def _open_optuna(self) -> optuna.Study:
         import optuna
 
-        try:
-            study = optuna.load_study(study_name=self.plan.name, storage=self.storage_url)
-        except KeyError:
-            return self.plan.trials
-        return max(0, self.plan.trials - _finished(study))
-
-    def _enqueue_reference(self, study: optuna.Study) -> None:
-        """Queue the baseline, then the recommended configuration, unless done or queued."""
-        runs = self.store.runs(self.plan.name)
-        queued = {t.user_attrs.get("role") for t in _waiting(study)}
-        if not any(r.role is Role.BASELINE and r.outcome.ok for r in runs):
-            if Role.BASELINE.value not in queued:
-                study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
-            return
-        rec = self.plan.space.recommended_params()
-        if rec is not None and not any(r.role is Role.RECOMMENDED for r in runs):
-            if Role.RECOMMENDED.value not in queued:
-                study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
-
-    def _run_trial(self, study: optuna.Study, trial: optuna.Trial, done: int) -> TrialEvent:
-        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
-        config = {} if role is Role.BASELINE else self.plan.space.sample(trial)
-        request = self._request(config)
-        if role is Role.SEARCH:
-            request = replace(request, prune_ratio=self._prune_ratio(study))
-        outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
-        with deferred_interrupt():  # recorded and told together, or neither
-            outcome = self._guard(outcome)
-            ratio = self._ratio(outcome)
-            user_env = compose_env(config, self.plan.base_env, _catalog())
-            run_id = self.store.record_run(
-                self.plan.name, trial.number, role, config, user_env, outcome,
-                _environment(outcome.measurement), ratio=ratio,
-            )
-            self._tell(study, trial, outcome, ratio, role, run_id)
-        return TrialEvent(
-            trial.number, role, outcome, 1 / ratio if ratio else None,
-            _best_speedup(study), done, self.plan.trials,
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna.create_study(
+            study_name=self.plan.name, storage=self._optuna_storage(),
+            directions=["minimize"] * len(self.plan.objectives),
+            sampler=make_sampler(self.choice, self.plan.seed, len(self.plan.objectives)),
+            load_if_exists=True,
         )
 
-    def _prune_ratio(self, study: optuna.Study) -> float | None:
+    def _optuna_storage(self) -> Any:
+        """An RDB storage with heartbeats for a URL (stale trials failed, retried once)."""
+        if not isinstance(self.storage, str):
+            return self.storage
+        import optuna
+
+        interval = self.plan.heartbeat_s
+        with _quiet_experimental():
+            return optuna.storages.RDBStorage(
+                self.storage, heartbeat_interval=interval, grace_period=2 * interval,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    max_retry=1))
+
+    def _enqueue_next(self, study: optuna.Study, index: MeasuredIndex) -> bool:
+        """Queue the baseline, the recommended configuration, or the next grid point.
+
+        Returns False when a grid study has no configuration left to measure.
+        """
+        from optuna.storages import fail_stale_trials
+
+        with _quiet_experimental():
+            fail_stale_trials(study)  # trials of a killed process: failed, queued again
+        if _trials(study, "WAITING"):
+            return True
+        if not index.baseline_ok():
+            study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
+            return True
+        rec = self.plan.space.recommended_params()
+        if rec is not None and not _has_role(study, Role.RECOMMENDED):
+            study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
+            return True
+        if not self.choice.is_grid:
+            return True
+        point = next((params for params, key in self._grid_points() if key not in index.runs),
+                     None)
+        if point is not None:
+            study.enqueue_trial(point, user_attrs={"role": Role.SEARCH.value})
+        return point is not None
+
+    def _grid_points(self) -> list[tuple[dict[str, Any], str]]:
+        """The grid in its seeded order, each point with its effective-configuration key."""
+        import optuna
+
+        if self._grid is None:
+            space, index = self.plan.space, MeasuredIndex(self.judge.catalog)
+            self._grid = [(p, index.key(space.sample(optuna.trial.FixedTrial(p))))
+                          for p in grid_order(space, self.plan.seed)]
+        return self._grid
+
+    def _proposal(self, trial: optuna.Trial) -> tuple[Role, dict[str, FlagValue]]:
+        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
+        return role, ({} if role is Role.BASELINE else self.plan.space.sample(trial))
+
+    def _launch(self, study: optuna.Study, trial: optuna.Trial, role: Role,
+                config: dict[str, FlagValue], index: MeasuredIndex) -> RunRecord:
+        """Measure `config` (the heartbeat beating meanwhile), record it, tell Optuna."""
+        from optuna.storages._heartbeat import get_heartbeat_thread
+
+        request = self.judge.request(config)
+        if role is Role.SEARCH:
+            request = replace(request, prune_ratio=self._prune_ratio(index))
+        heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
+        heartbeat.start()
+        try:
+            outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
+        finally:
+            heartbeat.join()
+        with deferred_interrupt():  # recorded and told together, or neither
+            outcome = self.judge.guard(outcome)
+            ratio = self.judge.ratio(outcome)
+            user_env = self.judge.user_env(config)
+            environment = environment_of(outcome.measurement)
+            run_id = self.store.record_run(self.plan.name, trial.number, role, config, user_env,
+                                           outcome, environment, ratio=ratio)
+            run = RunRecord(run_id, self.plan.name, trial.number, role, config, user_env,
+                            outcome, datetime.now(UTC), environment, ratio)
+            self._tell(study, trial, run, role, reused=False)
+        return run
+
+    def _prune_ratio(self, index: MeasuredIndex) -> float | None:
         """Stop a search trial once it is `prune_margin` times slower than the best so far.
 
-        Only in PAIRED mode (the child compares against its own baseline) and
-        only once a configuration has been measured; None disables pruning.
+        Only for the time objective alone (a slow configuration may still be
+        worth its memory), only in PAIRED mode (the child compares against its
+        own baseline) and only once a configuration has been measured.
         """
-        margin = self.plan.prune_margin
-        best = _best_speedup(study)
+        margin, best = self.plan.prune_margin, index.best_ratio(self.plan.memory_budget_bytes)
         if margin is None or best is None or self.plan.mode is not MeasureMode.PAIRED:
             return None
-        return margin / best
+        return margin * best if self.plan.objectives == (Objective.TIME,) else None
 
-    def _request(self, config: Mapping[str, FlagValue]) -> TrialRequest:
-        p = self.plan
-        options = compiler_options(config, _catalog()) if p.mode is MeasureMode.PAIRED else None
-        env = compose_env(config if options is None else {}, self.base_env, _catalog())
-        return TrialRequest(
-            workload=p.workload.path, preset=p.preset, env={**self.base_env, **env},
-            compiler_options=options, steps=p.steps, warmup=p.warmup, max_warmup=p.max_warmup,
-            timeout_s=p.timeout_per_trial, memory_limit_bytes=p.memory_limit_bytes,
-            command=p.command, flags=dict(config),
-            workdir=Path.cwd() if p.command is not None else None,
-        )
-
-    def _guard(self, outcome: TrialOutcome) -> TrialOutcome:
-        """DIRECT mode: a result that differs from the baseline run's is numerics_mismatch.
-
-        (PAIRED trials are judged in the child, where both outputs are at hand.)
-        """
-        m = outcome.measurement
-        if not outcome.ok or m is None or m.mode is MeasureMode.PAIRED or m.checksum is None:
-            return outcome
-        base = _baseline_measurement(self.store.runs(self.plan.name, roles=[Role.BASELINE]))
-        if base is None or base.checksum is None:
-            return outcome
-        if checksums_agree(m.checksum, base.checksum, base.abs_sum or 0.0, m.output_dtype):
-            return outcome
-        return replace(outcome, kind=OutcomeKind.NUMERICS_MISMATCH, message=(
-            f"checksum {m.checksum:.9g} differs from the baseline's {base.checksum:.9g} beyond "
-            f"the {tolerance(m.output_dtype):.3g} tolerance for {m.output_dtype or 'exact'} "
-            "outputs: this configuration computes something else"))
-
-    def _ratio(self, outcome: TrialOutcome) -> float | None:
-        """Candidate time over baseline time, outlier steps left out of both medians.
-
-        In-process against the baseline when paired, else against the study's
-        baseline run.
-        """
-        m = outcome.measurement
-        if not outcome.ok or m is None or not m.step_times_s:
-            return None
-        if m.mode is MeasureMode.PAIRED and m.baseline_step_times_s:
-            return paired_ratio([m.step_times_s], [m.baseline_step_times_s], n_boot=200).ratio
-        base = _baseline_median(self.store.runs(self.plan.name, roles=[Role.BASELINE]))
-        mine = step_stats(m.step_times_s, n_boot=1)
-        return mine.median / base if base and mine else None
-
-    @staticmethod
-    def _tell(study: optuna.Study, trial: optuna.Trial, outcome: TrialOutcome,
-              ratio: float | None, role: Role, run_id: int) -> None:
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRecord, role: Role,
+              reused: bool) -> None:
+        """Tell Optuna the run's objective values (and feasibility), or its failure."""
         from optuna.trial import TrialState
 
         trial.set_user_attr("role", role.value)
-        trial.set_user_attr("outcome", outcome.kind.value)
-        trial.set_user_attr("run_id", run_id)
-        if outcome.message:
-            trial.set_user_attr("message", outcome.message[:500])
-        if ratio is None:
-            state = TrialState.PRUNED if outcome.kind is OutcomeKind.PRUNED else TrialState.FAIL
-            study.tell(trial, state=state)
-        else:
-            study.tell(trial, ratio)
+        trial.set_user_attr("outcome", run.outcome.kind.value)
+        trial.set_user_attr("reused_run_id" if reused else "run_id", run.id)
+        if run.outcome.message:
+            trial.set_user_attr("message", run.outcome.message[:500])
+        values = objective_values(run, [o.value for o in self.plan.objectives])
+        if values is None:
+            pruned = run.outcome.kind is OutcomeKind.PRUNED
+            study.tell(trial, state=TrialState.PRUNED if pruned else TrialState.FAIL)
+            return
+        budget, peak = self.plan.memory_budget_bytes, peak_memory(run)
+        if budget is not None and peak is not None:
+            trial.set_constraint("memory_budget", float(peak - budget))
+            trial.set_user_attr("feasible", peak <= budget)
+        study.tell(trial, values)
 
-
-def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
-    detail = outcome.message or outcome.stderr_tail.strip()[-300:]
-    return BaselineFailedError(
-        f"the baseline (XLA's defaults, no flags) ended as {outcome.kind.value}: {detail}. "
-        "Nothing can be compared against it: make the workload run on its own first "
-        "(python -m autotune.bench FILE --preset P), then run the same command again"
-    )
+    def _event(self, run: RunRecord, index: MeasuredIndex) -> TrialEvent:
+        best = index.best_ratio(self.plan.memory_budget_bytes)
+        assert run.trial_number is not None
+        return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
+                          1 / best if best else None, index.launched, self.plan.trials)
 
 
 @dataclass(frozen=True)
@@ -372,6 +361,29 @@ class ConfirmEvent:
     outcome: TrialOutcome
     done: int
     total: int
+
+
+def _settings(plan: StudyPlan) -> RequestSettings:
+    return RequestSettings(
+        workload=plan.workload.path, preset=plan.preset, mode=plan.mode,
+        base_env=with_device_count(plan.base_env, plan.devices), steps=plan.steps,
+        warmup=plan.warmup, max_warmup=plan.max_warmup, timeout_s=plan.timeout_per_trial,
+        memory_limit_bytes=plan.memory_limit_bytes, command=plan.command,
+    )
+
+
+def _exhausted_note(streak: int) -> str:
+    return (f"the sampler proposed {streak} measured configurations in a row: the space "
+            "looks exhausted (their results were reused, nothing was re-measured)")
+
+
+def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
+    detail = outcome.message or outcome.stderr_tail.strip()[-300:]
+    return BaselineFailedError(
+        f"the baseline (XLA's defaults, no flags) ended as {outcome.kind.value}: {detail}. "
+        "Nothing can be compared against it: make the workload run on its own first "
+        "(python -m autotune.bench FILE --preset P), then run the same command again"
+    )
 
 
 def _fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
@@ -385,43 +397,33 @@ def _fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
     study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
 
+@contextmanager
+def _quiet_experimental() -> Iterator[None]:
+    """Optuna's heartbeat API is experimental and meant for `Study.optimize`; autotune
+    drives it through ask/tell and beats itself (`_launch`): the warnings are noise."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+        yield
+
+
 def _catalog() -> Any:
     from autotune.flags.catalog import load_catalog
 
     return load_catalog()
 
 
-def _finished(study: optuna.Study) -> int:
+def _trials(study: optuna.Study, state: str) -> list[Any]:
     from optuna.trial import TrialState
 
-    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))
+    return study.get_trials(deepcopy=False, states=(TrialState[state],))
 
 
-def _waiting(study: optuna.Study) -> list[Any]:
-    from optuna.trial import TrialState
-
-    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-
-
-def _best_speedup(study: optuna.Study) -> float | None:
-    from optuna.trial import TrialState
-
-    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.value and t.user_attrs.get("role") != Role.BASELINE.value]
-    return 1 / min(values) if values else None
-
-
-def _baseline_measurement(runs: list[RunRecord]) -> Measurement | None:
-    return next((r.outcome.measurement for r in runs
-                 if r.outcome.ok and r.outcome.measurement is not None), None)
-
-
-def _baseline_median(runs: list[RunRecord]) -> float | None:
-    for run in runs:
-        m = run.outcome.measurement
-        if run.outcome.ok and m is not None:
-            times = m.baseline_step_times_s or m.step_times_s
-            summary = step_stats(times, n_boot=1)
-            return summary.median if summary else None
-    return None
+def _has_role(study: optuna.Study, role: Role) -> bool:
+    """Whether a trial of `role` has been run (finished) or is queued."""
+    return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False)
+               if t.state.is_finished() or t.state.name == "WAITING")

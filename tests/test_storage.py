@@ -238,13 +238,38 @@ def test_autogenerate_after_head_writes_an_empty_revision(sqlite_url: str, tmp_p
     shutil.copytree(data_dir("alembic"), scripts, ignore=shutil.ignore_patterns("__pycache__"))
     Store.open(sqlite_url).close()
     command.revision(
-        _alembic_config(sqlite_url, scripts), message="nothing", autogenerate=True, rev_id="0002"
+        _alembic_config(sqlite_url, scripts), message="nothing", autogenerate=True, rev_id="9999"
     )
-    (written,) = (scripts / "versions").glob("0002_*.py")
+    (written,) = (scripts / "versions").glob("9999_*.py")
     source = written.read_text()
     compile(source, str(written), "exec")
-    assert "down_revision: str | Sequence[str] | None = '0001'" in source
+    assert f"down_revision: str | Sequence[str] | None = '{HEAD_REVISION}'" in source
     assert "op." not in source  # the models and the migrations agree; Optuna is left alone
+
+
+def test_upgrade_from_0001_keeps_studies_and_says_they_optimised_time(
+        sqlite_url: str, tmp_path: Path) -> None:
+    command.upgrade(_alembic_config(sqlite_url, data_dir("alembic")), "0001")
+    engine = create_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO autotune_studies (name, space, benchmark, preset, devices, mode, "
+            "created_at) VALUES ('old', 'cpu', 'matmul', 'tiny', 1, 'paired', '2026-01-01')"))
+    engine.dispose()
+    with Store.open(sqlite_url) as store:
+        assert store.current_revision() == HEAD_REVISION
+        record = store.get_study("old")
+    assert record.objectives == ("time",)
+    assert record.memory_budget_bytes is None
+
+
+def test_resuming_with_other_objectives_is_refused(sqlite_url: str) -> None:
+    with Store.open(sqlite_url) as store:
+        store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired", objectives=("time",))
+        with pytest.raises(StudyMismatchError) as raised:
+            store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired",
+                               objectives=("time", "memory"))
+    assert "objectives 'time' (asked for 'time,memory')" in str(raised.value)
 
 
 def test_upgrade_false_on_an_unmigrated_database(sqlite_url: str) -> None:

@@ -19,7 +19,8 @@ def print_best(store: Any, study_name: str, limit: int) -> None:
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
-    rows = best_rows(runs, load_catalog(), limit=limit)
+    rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
+                     objectives=record.objectives)
     table = Table(title=f"{study_name}: {record.benchmark} ({record.preset}) on {record.space}")
     for col in ("rank", "trial", "median step", "search speedup", "confirmed speedup (95% CI)",
                 "peak memory", "same program"):
@@ -31,19 +32,58 @@ def print_best(store: Any, study_name: str, limit: int) -> None:
             f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
             (f"×{row.speedup:.3f}" if row.speedup else "-") + (" (A/A)" if row.rank is None
                                                                 else ""),
-            "" if row.rank is None else _confirmed_text(row),
+            "" if row.rank is None else _confirmed_text(row.confirmation),
             fmt_bytes(row.peak_memory_bytes),
             {True: "yes", False: "no", None: "-"}[row.same_program],
             "-" if row.rank is None else fmt_flags(dict(row.changed)),
         )
     out.print(table)
+    if record.multi_objective:
+        _print_pareto(record, runs)
     _print_footer(runs)
+    _print_budget_note(record, runs)
     _print_noise_note(rows)
     _print_backend_note(record, runs)
 
 
-def _confirmed_text(row: Any) -> str:
-    c = row.confirmation
+def _print_pareto(record: Any, runs: list[Any]) -> None:
+    """The time/memory Pareto front: no configuration beats one of these on both."""
+    from rich.table import Table
+
+    from autotune.analysis import changed_flags, pareto_front
+    from autotune.confirm import confirmation
+    from autotune.flags.catalog import load_catalog
+
+    catalog = load_catalog()
+    table = Table(title=f"Pareto front of {record.name}: time vs peak memory "
+                        "(none of these is beaten on both)")
+    for col in ("trial", "search speedup", "confirmed speedup (95% CI)", "peak memory"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("flags changed from defaults", overflow="fold")
+    for run in pareto_front(runs, record.memory_budget_bytes):
+        m = run.outcome.measurement
+        conf = confirmation(runs, run)
+        table.add_row(str(run.trial_number), f"×{run.speedup:.3f}",
+                      _confirmed_text(conf) if run.role.value != "baseline" else "(baseline)",
+                      fmt_bytes(m.peak_memory_bytes if m else None),
+                      fmt_flags(dict(changed_flags(run.flags, catalog))) or "-")
+    out.print(table)
+
+
+def _print_budget_note(record: Any, runs: list[Any]) -> None:
+    from autotune.analysis import over_budget
+
+    budget = record.memory_budget_bytes
+    if budget is None:
+        return
+    over = over_budget(runs, budget)
+    out.print(f"memory budget {fmt_bytes(budget)}: {over} configuration"
+              f"{'' if over == 1 else 's'} above it are infeasible and not ranked",
+              highlight=False)
+
+
+def _confirmed_text(c: Any) -> str:
+    """A confirmation (or None) in words, with its interval."""
     if c is None:
         return "not confirmed"
     if c.same_program:

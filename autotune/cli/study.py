@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, open_store, out
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, fmt_bytes, open_store, out
 from autotune.cli.results import print_best
 
 
@@ -24,8 +24,15 @@ def study(
     storage: StorageOpt = DEFAULT_STORAGE,
     name: Annotated[str | None, typer.Option(help="Study name (default SPACE-BENCHMARK-PRESET).")]
     = None,
-    sampler: Annotated[str, typer.Option(help="tpe or random.")] = "tpe",
+    sampler: Annotated[str, typer.Option(
+        help="auto, tpe, random, grid, nsga2 or gp (auto: grid when the whole space fits in "
+             "--trials, else tpe for one objective and nsga2 for two).")] = "auto",
     seed: Annotated[int | None, typer.Option(help="Seed of the sampler.")] = None,
+    objective: Annotated[str, typer.Option(
+        help="time, memory, or time,memory for a Pareto front of both.")] = "time",
+    memory_budget: Annotated[str | None, typer.Option(
+        help="Peak memory a configuration may use, e.g. 12GiB: those above it are "
+             "infeasible and never reported as the winner.")] = None,
     timeout_per_trial: Annotated[float, typer.Option(min=1, help="Seconds per trial.")] = 300.0,
     preset: Annotated[str, typer.Option(help="Workload size: tiny, small or large.")] = "small",
     devices: Annotated[int, typer.Option(min=1, help="CPU devices for sharded workloads.")] = 8,
@@ -55,11 +62,14 @@ def study(
     from autotune import spaces
     from autotune.launcher import SubprocessLauncher
     from autotune.records import MeasureMode
-    from autotune.study import StudyPlan, StudyRunner, make_sampler
+    from autotune.search import Objective, choose_sampler, parse_objectives
+    from autotune.study import StudyPlan, StudyRunner
 
     loaded = spaces.load_space(space)
     work, argv = _workload(benchmark, script, command)
-    make_sampler(sampler, seed)
+    objectives = parse_objectives(objective)
+    budget = _size(memory_budget, "--memory-budget")
+    choose_sampler(sampler, objectives, loaded, trials)  # a bad choice stops before any probe
     checked = _preflight(loaded, drop_unknown, allow_backend_mismatch)
     plan = StudyPlan(
         name=name or f"{loaded.name}-{work.name}-{preset}", space_name=loaded.name,
@@ -68,13 +78,14 @@ def study(
         seed=seed, timeout_per_trial=timeout_per_trial, steps=steps, warmup=warmup,
         max_warmup=max_warmup,
         mode=_mode(mode, MeasureMode), base_env=dict(os.environ), command=argv,
-        memory_limit_bytes=_size(trial_memory_limit),
-        prune_margin=prune_margin if prune else None,
+        memory_limit_bytes=_size(trial_memory_limit, "--trial-memory-limit"),
+        prune_margin=prune_margin if prune else None, objectives=objectives,
+        memory_budget_bytes=budget,
     )
     store = open_store(storage, must_exist=False)
     runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
     _run_with_progress(runner, plan)
-    if confirm:
+    if confirm and plan.objectives != (Objective.MEMORY,):
         _confirm_with_progress(runner, confirm, confirm_repeats)
     print_best(store, plan.name, limit=10)
 
@@ -101,17 +112,19 @@ def _workload(benchmark: str, script: Path | None, command: str | None) -> tuple
     return workloads.resolve_benchmark(benchmark), None
 
 
-def _size(text: str | None) -> int | None:
+def _size(text: str | None, option: str) -> int | None:
     from autotune.errors import UsageError
     from autotune.spaces import parse_size
 
     if text is None:
         return None
     try:
-        return parse_size(text)
+        size = parse_size(text)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"--trial-memory-limit '{text}' is not a size like 16GiB: {exc}") \
-            from None
+        raise UsageError(f"{option} '{text}' is not a size like 16GiB: {exc}") from None
+    if size <= 0:
+        raise UsageError(f"{option} '{text}' must be more than 0 bytes")
+    return size
 
 
 def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
@@ -145,6 +158,9 @@ def _preflight(space: Any, drop_unknown: bool, allow_mismatch: bool) -> Any:
         out.print(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
                   f"{report.jaxlib_version}) does not know: "
                   f"{', '.join('--' + f for f in checked.dropped)}", highlight=False)
+    for flag, values in checked.dropped_values.items():
+        out.print(f"left out values of --{flag} this XLA rejects: "
+                  f"{', '.join(map(str, values))}", highlight=False)
     if checked.backend_mismatch:
         out.print(f"[yellow]warning:[/] space '{space.name}' is for {space.backend}, JAX reports "
                   f"{checked.backend} here: expect no effect to measure", highlight=False)
@@ -178,19 +194,36 @@ def _run_with_progress(runner: Any, plan: Any) -> None:
         out.print(f"study '{plan.name}' already holds {plan.trials} trials; "
                   f"pass --trials {plan.trials + 10} to run more")
         return
+    choice = runner.choice
     out.print(f"study '{plan.name}': {plan.workload.name} ({plan.preset}, {plan.devices} devices) "
-              f"on space '{plan.space_name}', {remaining} trials to run, {plan.mode.value} timing")
+              f"on space '{plan.space_name}', {remaining} trials to run, {plan.mode.value} timing; "
+              f"minimising {','.join(o.value for o in plan.objectives)} with {choice.name}"
+              + (f" ({choice.reason})" if choice.reason else "")
+              + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
+                 if plan.memory_budget_bytes else ""), highlight=False)
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
-        runner.run(on_trial=lambda ev: out.print(
+        summary = runner.run(on_trial=lambda ev: out.print(
             f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}", highlight=False))
+        _print_summary(summary)
         return
     columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[last]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=out, transient=False) as progress:
         task = progress.add_task("study", total=remaining, best="best: -", last="")
-        runner.run(on_trial=lambda ev: progress.update(
+        summary = runner.run(on_trial=lambda ev: progress.update(
             task, advance=1, best=_best_text(ev), last=_last_text(ev)))
+    _print_summary(summary)
+
+
+def _print_summary(summary: Any) -> None:
+    """Say what was not launched: repeated proposals answered from records, an early stop."""
+    if summary.reused:
+        out.print(f"{summary.reused} proposals repeated a configuration already measured "
+                  "(same effective flags): their results were reused, not re-measured",
+                  highlight=False)
+    if summary.stopped:
+        out.print(f"stopped early: {summary.stopped}", highlight=False)
 
 
 def _best_text(ev: Any) -> str:

@@ -170,3 +170,28 @@ def _merge(user_flags: str, tokens: list[Token]) -> str:
     ours = {name for name, _ in tokens}
     kept = [(name, value) for name, value in parse_flag_string(user_flags) if name not in ours]
     return format_tokens(kept + tokens)
+
+
+def effective_config(flags: Mapping[str, FlagValue], catalog: Catalog) -> dict[str, FlagValue]:
+    """The flags of a configuration that change something: those set to XLA's default go.
+
+    Two configurations with the same effective config ask XLA for the same
+    thing ("unset" and "=default" alike), so a study measures it once. A flag
+    the catalog does not know, or whose default it does not state, is kept.
+    """
+    out: dict[str, FlagValue] = {}
+    for name, value in flags.items():
+        default = catalog.get(name).default if name in catalog else None
+        if default is None or not _same(value, default):
+            out[name] = value
+    return out
+
+
+def config_key(flags: Mapping[str, FlagValue]) -> str:
+    """A canonical text of a configuration (sorted `--name=value` tokens), for lookups."""
+    return " ".join(f"--{name}={render_value(value)}" for name, value in sorted(flags.items()))
+
+
+def _same(value: object, default: object) -> bool:
+    """Equality that keeps booleans apart from numbers (`True` is not `1`)."""
+    return value == default and isinstance(value, bool) == isinstance(default, bool)

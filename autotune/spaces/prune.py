@@ -1,10 +1,12 @@
-"""Remove flags from a space (for `autotune study --drop-unknown`)."""
+"""Remove flags or values from a space (unknown to this XLA, or rejected by it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from autotune.records import FlagValue
+from autotune.spaces.params import Param, same_value
 from autotune.spaces.space import Group, Space
 
 
@@ -44,3 +46,30 @@ def _groups_without(groups: Iterable[Group], removed: set[str]) -> dict[str, Gro
             values = {m: v for m, v in group.values.items() if m in members}
             out[group.name] = replace(group, params=members, values=values)
     return out
+
+
+def without_values(space: Space, rejected: Mapping[str, Iterable[FlagValue]]) -> Space:
+    """A copy of `space` whose params never propose the `rejected` values of their flags.
+
+    Only candidates listed as choices (bool, categorical, pow2_bytes) are
+    removed; a param left with no candidate at all goes, like `without_flags`.
+    The recommended configuration is dropped when it uses a removed value.
+    """
+    params: dict[str, Param] = {}
+    emptied: list[str] = []
+    for name, param in space.params.items():
+        bad = list(rejected.get(param.flag, ()))
+        if param.choices is None or not bad:
+            params[name] = param
+            continue
+        kept = tuple(c for c in param.choices if not any(same_value(c, b) for b in bad))
+        if kept or param.allow_unset:
+            params[name] = replace(param, choices=kept)
+        else:
+            emptied.append(param.flag)
+    pruned = replace(space, params=params)
+    uses_bad = any(any(same_value(v, b) for b in rejected.get(f, ()))
+                   for f, v in space.recommended.items())
+    if uses_bad:
+        pruned = replace(pruned, recommended={})
+    return without_flags(pruned, emptied) if emptied else pruned

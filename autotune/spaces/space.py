@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,6 +174,18 @@ class Space:
     def _recommended_values(self) -> Values:
         return {name: self.recommended.get(p.flag) for name, p in self.params.items()}
 
+    def grid(self) -> list[dict[str, Any]]:
+        """Every distinct configuration, as Optuna params for `study.enqueue_trial`.
+
+        In the order of the units (file order); inactive units are left out,
+        so no two entries give the same configuration. Call it only when
+        `size()` is not None (a continuous float range has no grid).
+
+        Raises:
+            ValueError: a param is a continuous float range.
+        """
+        return list(_walk(self.units, self.params, {}, {}))
+
     def size(self) -> int | None:
         """The number of distinct configurations, or None when a float range is continuous."""
         counts = {unit.key: _unit_count(unit, self.params) for unit in self.units}
@@ -198,6 +210,22 @@ class Space:
         )
 
 
+def _walk(units: Sequence[Unit], params: Mapping[str, Param], values: Values,
+          chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Depth-first over the units' choices, skipping inactive units (see `Space.grid`)."""
+    if not units:
+        yield chosen
+        return
+    unit, rest = units[0], units[1:]
+    if not unit.is_active(values):
+        yield from _walk(rest, params, values, chosen)
+        return
+    for choice in _unit_choices(unit, params):
+        value = (choice[unit.members[0]] is not None) if unit.group is not None \
+            else params[unit.key].to_optuna(choice[unit.key])
+        yield from _walk(rest, params, {**values, **choice}, {**chosen, unit.key: value})
+
+
 def _group_values(group: Group, on: bool) -> Values:
     return {name: group.values[name] if on else None for name in group.params}
 
@@ -210,5 +238,8 @@ def _unit_choices(unit: Unit, params: Mapping[str, Param]) -> list[Values]:
     if unit.group is not None:
         return [_group_values(unit.group, True), _group_values(unit.group, False)]
     param = params[unit.key]
-    choices: list[Values] = [{param.name: v} for v in param.values() or ()]
+    candidates = param.values()
+    if candidates is None:
+        raise ValueError(f"param '{param.name}' is a continuous range: it has no grid")
+    choices: list[Values] = [{param.name: v} for v in candidates]
     return choices + ([{param.name: None}] if param.allow_unset else [])

@@ -160,8 +160,11 @@ class StudyRow(Base):
     mode: Mapped[str] = mapped_column(String(16))
     space_backend: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+    objectives: Mapped[str] = mapped_column(String(64), server_default="time")
+    memory_budget_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
-    SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode")
+    SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode",
+                                           "objectives", "memory_budget_bytes")
 
     def differences(self, other: StudyRow) -> list[str]:
         """`setting: mine != other's` for each setting in which the two studies differ."""
@@ -182,6 +185,8 @@ class StudyRow(Base):
             mode=MeasureMode(self.mode),
             created_at=_aware(self.created_at),
             space_backend=self.space_backend,
+            objectives=tuple(self.objectives.split(",")),
+            memory_budget_bytes=self.memory_budget_bytes,
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from enum import StrEnum
@@ -48,7 +48,7 @@ from autotune.storage.models import (
     outcome_columns,
 )
 
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 SQLITE_TIMEOUT_S = 30.0
@@ -314,6 +314,8 @@ class Store:
         devices: int,
         mode: MeasureMode | str,
         space_backend: str | None = None,
+        objectives: Sequence[str] = ("time",),
+        memory_budget_bytes: int | None = None,
     ) -> StudyRecord:
         """Create the study, or return it if it exists with the same settings.
 
@@ -322,7 +324,7 @@ class Store:
 
         Raises:
             StudyMismatchError: the study exists with a different space,
-                benchmark, preset, devices or mode.
+                benchmark, preset, devices, mode, objectives or memory budget.
         """
         wanted = StudyRow(
             name=name,
@@ -332,6 +334,8 @@ class Store:
             devices=devices,
             mode=str(MeasureMode(mode)),
             space_backend=space_backend,
+            objectives=",".join(objectives),
+            memory_budget_bytes=memory_budget_bytes,
         )
         existing = self._get_or_insert(lambda session: _study_named(session, name), wanted)
         _check_same_settings(existing, wanted)

@@ -1,0 +1,154 @@
+"""One trial of a study: the request for a configuration, and its outcome judged.
+
+`TrialJudge` turns a configuration into a `TrialRequest` (PAIRED through
+`compiler_options` where the study is paired, else the environment) and reads
+an outcome back: the DIRECT-mode numerics guard and the time ratio against the
+baseline. The orchestration around it is `autotune.study`.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
+from autotune.launcher import TrialRequest
+from autotune.numerics import checksums_agree, tolerance
+from autotune.records import (
+    Environment,
+    FlagValue,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    RunRecord,
+    TrialOutcome,
+)
+from autotune.stats import paired_ratio, step_stats
+
+DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
+
+
+def with_device_count(env: Mapping[str, str], devices: int) -> dict[str, str]:
+    """`env` with XLA_FLAGS asking the host platform for `devices` devices.
+
+    Only the CPU (host) platform reads this flag; GPUs and TPUs ignore it.
+    """
+    tokens = [(n, v) for n, v in parse_flag_string(env.get("XLA_FLAGS", ""))
+              if n != DEVICE_COUNT_FLAG]
+    tokens.append((DEVICE_COUNT_FLAG, str(devices)))
+    out = dict(env)
+    out["XLA_FLAGS"] = " ".join(f"--{n}" if v is None else f"--{n}={v}" for n, v in tokens)
+    return out
+
+
+def environment_of(m: Measurement | None) -> Environment | None:
+    """Where a measurement was taken (this host, the child's versions and devices)."""
+    if m is None:
+        return None
+    return Environment(
+        host=platform.node(), python_version=platform.python_version(),
+        jax_version=m.jax_version, jaxlib_version=m.jaxlib_version, backend=m.backend,
+        device_kind=m.device_kind, device_count=m.device_count,
+    )
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """The parts of a study's plan that shape every trial request."""
+
+    workload: Path
+    preset: str
+    mode: MeasureMode
+    base_env: Mapping[str, str]
+    steps: int
+    warmup: int
+    max_warmup: int
+    timeout_s: float
+    memory_limit_bytes: int | None = None
+    command: tuple[str, ...] | None = None
+
+
+class TrialJudge:
+    """Builds requests and judges outcomes for one study (see the module docstring).
+
+    Args:
+        settings: what every request shares.
+        catalog: the flag catalog (channels and per-compilation support).
+        baseline_runs: returns the study's baseline runs (read when a DIRECT
+            outcome is judged against the baseline).
+    """
+
+    def __init__(self, settings: RequestSettings, catalog: Any,
+                 baseline_runs: Callable[[], list[RunRecord]]) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self._baseline_runs = baseline_runs
+
+    def request(self, config: Mapping[str, FlagValue]) -> TrialRequest:
+        """The request that measures `config` (PAIRED where the study is paired)."""
+        s = self.settings
+        paired = s.mode is MeasureMode.PAIRED
+        options = compiler_options(config, self.catalog) if paired else None
+        env = compose_env(config if options is None else {}, s.base_env, self.catalog)
+        return TrialRequest(
+            workload=s.workload, preset=s.preset, env={**s.base_env, **env},
+            compiler_options=options, steps=s.steps, warmup=s.warmup, max_warmup=s.max_warmup,
+            timeout_s=s.timeout_s, memory_limit_bytes=s.memory_limit_bytes,
+            command=s.command, flags=dict(config),
+            workdir=Path.cwd() if s.command is not None else None,
+        )
+
+    def user_env(self, config: Mapping[str, FlagValue]) -> dict[str, str]:
+        """The variables a user sets to apply `config` to their own job."""
+        return compose_env(config, self.settings.base_env, self.catalog)
+
+    def guard(self, outcome: TrialOutcome) -> TrialOutcome:
+        """DIRECT mode: a result that differs from the baseline run's is numerics_mismatch.
+
+        (PAIRED trials are judged in the child, where both outputs are at hand.)
+        """
+        m = outcome.measurement
+        if not outcome.ok or m is None or m.mode is MeasureMode.PAIRED or m.checksum is None:
+            return outcome
+        base = _baseline_measurement(self._baseline_runs())
+        if base is None or base.checksum is None:
+            return outcome
+        if checksums_agree(m.checksum, base.checksum, base.abs_sum or 0.0, m.output_dtype):
+            return outcome
+        return replace(outcome, kind=OutcomeKind.NUMERICS_MISMATCH, message=(
+            f"checksum {m.checksum:.9g} differs from the baseline's {base.checksum:.9g} beyond "
+            f"the {tolerance(m.output_dtype):.3g} tolerance for {m.output_dtype or 'exact'} "
+            "outputs: this configuration computes something else"))
+
+    def ratio(self, outcome: TrialOutcome) -> float | None:
+        """Candidate time over baseline time, outlier steps left out of both medians.
+
+        In-process against the baseline when paired, else against the study's
+        baseline run.
+        """
+        m = outcome.measurement
+        if not outcome.ok or m is None or not m.step_times_s:
+            return None
+        if m.mode is MeasureMode.PAIRED and m.baseline_step_times_s:
+            return paired_ratio([m.step_times_s], [m.baseline_step_times_s], n_boot=200).ratio
+        base = _baseline_median(self._baseline_runs())
+        mine = step_stats(m.step_times_s, n_boot=1)
+        return mine.median / base if base and mine else None
+
+
+def _baseline_measurement(runs: list[RunRecord]) -> Measurement | None:
+    return next((r.outcome.measurement for r in runs
+                 if r.outcome.ok and r.outcome.measurement is not None), None)
+
+
+def _baseline_median(runs: list[RunRecord]) -> float | None:
+    for run in runs:
+        m = run.outcome.measurement
+        if run.outcome.ok and m is not None:
+            times = m.baseline_step_times_s or m.step_times_s
+            summary = step_stats(times, n_boot=1)
+            return summary.median if summary else None
+    return None

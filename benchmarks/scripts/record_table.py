@@ -1,0 +1,168 @@
+"""Record an exhaustive table of a small space: every distinct configuration, measured.
+
+The tables under `benchmarks/tables/` feed the replay launcher
+(`autotune.replay.ReplayTable`) in tests and in the search-efficiency benchmark:
+
+    python benchmarks/scripts/record_table.py --benchmark transformer --preset small \\
+        --space benchmarks/tables/cpu-table.yaml --repeats 3 \\
+        -o benchmarks/tables/transformer-small.json
+
+How it measures. Every configuration of the space is enumerated and reduced to
+its effective flags (values equal to XLA's defaults removed); each distinct
+one is measured once per repeat. A repeat is one fresh process that compiles
+the baseline once and then, for each configuration in a shuffled order,
+compiles it with `compiler_options` and alternates its steps with the
+baseline's (the same paired timing as a study's trial, `autotune.bench`), then
+compares outputs (numerics guard) and reads the memory analysis. Repeats are
+separate processes, so the spread across them is the per-process noise a
+study meets. A repeat writes one JSON line per configuration as it goes and is
+resumed if interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def distinct_configs(space_path: str) -> tuple[list[dict[str, Any]], int]:
+    """The space's distinct effective configurations (sorted by key) and its raw size."""
+    import optuna
+
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.compose import config_key, effective_config
+    from autotune.spaces import load_space
+
+    space, catalog = load_space(space_path), load_catalog()
+    grid = space.grid()
+    configs = {}
+    for params in grid:
+        config = effective_config(space.sample(optuna.trial.FixedTrial(params)), catalog)
+        configs[config_key(config)] = config
+    return [configs[k] for k in sorted(configs)], len(grid)
+
+
+def run_child(args: argparse.Namespace, configs_file: Path, out: Path, seed: int) -> None:
+    """One repeat in a fresh process (resumes from the lines already in `out`)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
+    cmd = [sys.executable, __file__, "--child", str(configs_file), "--out", str(out),
+           "--seed", str(seed), "--benchmark", args.benchmark, "--preset", args.preset,
+           "--steps", str(args.steps)]
+    subprocess.run(cmd, env=env, check=True)
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure every configuration of the file against one baseline executable."""
+    import jax
+
+    from autotune import bench
+    from autotune._program import memory_figures
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.compose import compiler_options, config_key
+    from autotune.workloads import resolve_benchmark
+
+    configs = json.loads(Path(args.child).read_text())
+    out = Path(args.out)
+    done = {json.loads(line)["key"] for line in out.read_text().splitlines()} \
+        if out.exists() else set()
+    random.Random(args.seed).shuffle(configs)
+    work = bench.build_workload(str(resolve_benchmark(args.benchmark).path), args.preset)
+    step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
+    lowered = step.lower(*work.args)
+    base, _ = bench._compile(lowered, {}, None)
+    settings = bench.MeasureSettings(steps=args.steps, warmup=2, max_warmup=10)
+    catalog = load_catalog()
+    for i, config in enumerate(configs):
+        key = config_key(config)
+        if key in done:
+            continue
+        row: dict[str, Any] = {"key": key, "status": "ok", "message": ""}
+        try:
+            cand, row["compile_time_s"] = bench._compile(
+                lowered, compiler_options(config, catalog), None)
+            timed = bench._time_paired(base, cand, work.args, settings)
+            row["step_times_s"] = [round(t, 7) for t in timed["step_times_s"]]
+            row["baseline_step_times_s"] = [round(t, 7) for t in timed["baseline_step_times_s"]]
+            numerics = bench._numerics(cand, base, work.args)
+            row.update({k: numerics[k] for k in ("status", "message") if k in numerics})
+            memory = memory_figures(cand, direct=False)
+            row["peak_memory_bytes"] = memory.get("peak_memory_bytes")
+            row["memory_source"] = memory.get("memory_source", "unknown")
+        except bench._Failure as failure:
+            row.update(status=failure.kind, message=str(failure)[-300:])
+        with out.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(f"[seed {args.seed}] {i + 1}/{len(configs)} {row['status']} {key}", flush=True)
+
+
+def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
+             parts: list[Path]) -> dict[str, Any]:
+    """The table document: how it was made, then each configuration with its repeats."""
+    import jax
+    import jaxlib
+
+    from autotune.flags.compose import config_key
+
+    runs: dict[str, list[dict[str, Any]]] = {config_key(c): [] for c in configs}
+    for part in parts:
+        for line in part.read_text().splitlines():
+            row = json.loads(line)
+            runs[row.pop("key")].append(row)
+    return {
+        "schema_version": 1,
+        "kind": "autotune-replay-table",
+        "benchmark": args.benchmark, "preset": args.preset, "devices": args.devices,
+        "space": os.path.relpath(args.space, ROOT),
+        "configurations": raw, "distinct": len(configs), "repeats": args.repeats,
+        "steps": args.steps,
+        "made_by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
+        "made_on": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
+                    "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "date": dt.date.today().isoformat()},
+        "entries": [{"flags": c, "runs": runs[config_key(c)]} for c in configs],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--benchmark", default="transformer")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--devices", type=int, default=8)
+    parser.add_argument("--space", default=str(ROOT / "benchmarks/tables/cpu-table.yaml"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    output = args.output or ROOT / f"benchmarks/tables/{args.benchmark}-{args.preset}.json"
+    configs, raw = distinct_configs(args.space)
+    print(f"{raw} configurations, {len(configs)} distinct; {args.repeats} repeats", flush=True)
+    work = output.with_suffix(".parts")
+    work.mkdir(exist_ok=True)
+    configs_file = work / "configs.json"
+    configs_file.write_text(json.dumps(configs))
+    parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
+    for r, part in enumerate(parts):
+        run_child(args, configs_file, part, seed=r)
+    output.write_text(json.dumps(assemble(args, configs, raw, parts), indent=None) + "\n")
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()

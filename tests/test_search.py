@@ -1,0 +1,285 @@
+"""The search: samplers, objectives, budgets, no repeated trials, heartbeats (no JAX).
+
+Trials are answered by launchers that replay outcomes (the double for the trial
+child); the study, Optuna, SQLite and the CLI are real.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from autotune.cli import app
+from autotune.errors import UsageError
+from autotune.flags.catalog import load_catalog
+from autotune.flags.compose import config_key, effective_config
+from autotune.launcher import Launcher, TrialRequest
+from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.search import Objective, choose_sampler, parse_objectives
+from autotune.spaces import load_space
+from autotune.storage import Store
+from autotune.study import StudyPlan, StudyRunner
+from autotune.workloads import resolve_benchmark
+
+SMALL = """schema_version: 1
+name: small
+description: two CPU flags
+backend: cpu
+params:
+  xla_backend_optimization_level: {type: categorical, choices: [0, 1, 2, 3], allow_unset: true}
+  xla_cpu_enable_fast_math: {type: bool}
+"""
+LEVEL = "xla_backend_optimization_level"
+FAST = "xla_cpu_enable_fast_math"
+MiB = 1 << 20
+
+
+def outcome(ratio: float, memory: int, seed: int = 0) -> TrialOutcome:
+    """A paired measurement with this ratio (about 1% noise) and peak memory."""
+    rng = random.Random(seed)
+    base = tuple(0.01 * rng.gauss(1.0, 0.01) for _ in range(12))
+    cand = tuple(0.01 * ratio * rng.gauss(1.0, 0.01) for _ in range(12))
+    m = Measurement(step_times_s=cand, baseline_step_times_s=base, compile_time_s=0.1,
+                    mode=MeasureMode.PAIRED, peak_memory_bytes=memory,
+                    memory_source="memory_analysis", backend="cpu", device_count=8)
+    return TrialOutcome(OutcomeKind.OK, "", m, duration_s=1.0, exit_code=0)
+
+
+class ModelLauncher(Launcher):
+    """Answers a trial from a model of the workload: flags -> (ratio, peak memory)."""
+
+    def __init__(self, model: Callable[[Mapping[str, FlagValue]], tuple[float, int]]) -> None:
+        self.model = model
+        self.launched: list[str] = []
+        self.catalog = load_catalog()
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        self.launched.append(config_key(effective_config(request.flags, self.catalog)))
+        ratio, memory = self.model(request.flags)
+        return outcome(ratio, memory, seed=len(self.launched))
+
+
+def tradeoff(flags: Mapping[str, FlagValue]) -> tuple[float, int]:
+    """Lower optimisation levels are slower but smaller; fast math is faster and bigger."""
+    level = flags.get(LEVEL, 3)
+    assert isinstance(level, int)
+    ratio = {0: 2.0, 1: 1.3, 2: 1.05, 3: 1.0}[level] * (0.8 if flags.get(FAST) else 1.0)
+    memory = (100 + 20 * level + (50 if flags.get(FAST) else 0)) * MiB
+    return ratio, memory
+
+
+@pytest.fixture
+def small_space(tmp_path: Path):
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    return load_space(str(path))
+
+
+def study(space, tmp_path: Path, launcher: Launcher, **plan: object) -> tuple[StudyRunner, Store]:
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    store = Store.open(url)
+    settings: dict[str, object] = {"name": "s", "space_name": space.name, "space": space,
+                                   "workload": resolve_benchmark("matmul"), **plan}
+    return StudyRunner(StudyPlan(**settings), store, launcher, url), store  # type: ignore[arg-type]
+
+
+def optuna_study(store: Store) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=store.url)
+
+
+# --- choosing a sampler -------------------------------------------------------------------
+
+
+def test_objectives_parse_and_bad_names_say_what_is_known():
+    assert parse_objectives("time") == (Objective.TIME,)
+    assert parse_objectives("time, memory") == (Objective.TIME, Objective.MEMORY)
+    with pytest.raises(UsageError, match="unknown objective 'speed'. Known objectives: time, "
+                                         "memory"):
+        parse_objectives("time,speed")
+    with pytest.raises(UsageError, match="given twice"):
+        parse_objectives("time,time")
+
+
+def test_auto_is_grid_when_the_space_fits_the_budget_else_tpe_or_nsga2(small_space):
+    one, two = (Objective.TIME,), (Objective.TIME, Objective.MEMORY)
+    assert choose_sampler("auto", one, small_space, trials=10).name == "grid"
+    assert choose_sampler("auto", one, small_space, trials=9).name == "tpe"
+    assert choose_sampler("auto", two, small_space, trials=9).name == "nsga2"
+    assert choose_sampler("auto", one, load_space("gpu-collectives"), trials=40).name == "tpe"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sampler", "bayes"], "unknown sampler 'bayes'. Known samplers: tpe, random, grid, nsga2, "
+                             "gp, auto"),
+    (["--sampler", "nsga2"], "nsga2 searches for a Pareto front of two objectives"),
+    (["--objective", "latency"], "unknown objective 'latency'"),
+    (["--memory-budget", "lots"], "--memory-budget 'lots' is not a size like 16GiB"),
+    (["--memory-budget", "0GiB"], "--memory-budget '0GiB' must be more than 0 bytes"),
+    (["--space", "gpu-collectives", "--sampler", "grid"],
+     "space 'gpu-collectives' has 255552 configurations, more than grid enumerates"),
+])
+def test_bad_search_options_exit_2_before_any_trial(tmp_path, args, message):
+    db = tmp_path / "a.db"
+    argv = ["study", "--space", "cpu", "--benchmark", "matmul", "--storage", f"sqlite:///{db}"]
+    result = CliRunner().invoke(app, argv + args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+    assert not db.exists()  # nothing ran, nothing was written
+
+
+def test_gp_without_torch_says_what_to_install(small_space):
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here: the gp sampler is available")
+    with pytest.raises(UsageError, match="the gp sampler needs torch and scipy"):
+        choose_sampler("gp", (Objective.TIME,), small_space, trials=10)
+
+
+# --- no wasted trials ---------------------------------------------------------------------
+
+
+def test_grid_measures_each_effective_configuration_once_then_stops(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="grid", trials=50, seed=3)
+    summary = runner.run()
+    # 10 grid points, 8 effective configurations: level 3 and "unset" are the same request,
+    # fast math false is the default
+    assert len(small_space.grid()) == 10
+    assert len(launcher.launched) == 8 == len(set(launcher.launched)) == summary.launched
+    assert summary.stopped == "every configuration of the space has been measured"
+    assert launcher.launched[0] == ""  # the baseline first
+    best = min(store.runs("s"), key=lambda r: r.ratio or 9)
+    assert best.flags == {LEVEL: 3, FAST: True} or best.flags == {FAST: True}
+
+
+def test_a_repeated_proposal_reuses_the_record_instead_of_launching(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="tpe", trials=6, seed=1)
+    summary = runner.run()
+    assert len(launcher.launched) == len(set(launcher.launched)) == 6
+    trials = optuna_study(store).trials
+    reused = [t for t in trials if "reused_run_id" in t.user_attrs]
+    assert len(trials) == 6 + summary.reused == 6 + len(reused)
+    runs = {r.id: r for r in store.runs("s")}
+    for t in reused:  # told the value of the run that measured the same configuration
+        assert t.value == pytest.approx(runs[t.user_attrs["reused_run_id"]].ratio)
+
+
+def test_resuming_counts_launches_and_never_remeasures(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, _ = study(small_space, tmp_path, launcher, sampler="random", trials=4, seed=2)
+    runner.run()
+    again, _ = study(small_space, tmp_path, launcher, sampler="random", trials=7, seed=2)
+    assert again.remaining() == 3
+    again.run()
+    assert len(launcher.launched) == 7 == len(set(launcher.launched))
+
+
+def test_the_search_never_proposes_a_value_the_probe_rejected(small_space):
+    from autotune.flags.probe import ProbeReport
+    from autotune.preflight import check
+
+    report = ProbeReport(
+        jax_version="0", jaxlib_version="0", backend="cpu", device_kind="cpu", libtpu=False,
+        accepted=frozenset({LEVEL, FAST}), unknown=frozenset(),
+        rejected_values={LEVEL: {"1": "bad value"}}, checked_values={LEVEL: ("0", "1", "2")},
+        per_compile={}, usage_defaults={})
+    checked = check(small_space, load_catalog(), report, drop_unknown=False,
+                    allow_backend_mismatch=False)
+    assert checked.dropped_values == {LEVEL: [1]}
+    configs = [checked.space.sample(optuna.trial.FixedTrial(p)) for p in checked.space.grid()]
+    assert configs and all(c.get(LEVEL) != 1 for c in configs)
+
+
+# --- objectives and budgets ---------------------------------------------------------------
+
+
+def test_two_objectives_give_a_pareto_front_in_best(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="grid", trials=10,
+                          objectives=(Objective.TIME, Objective.MEMORY))
+    runner.run()
+    result = CliRunner().invoke(app, ["best", "s", "--storage", store.url])
+    assert result.exit_code == 0, result.output
+    text = result.output[result.output.index("Pareto front"):]
+    front_trials = [line.split("│")[1].strip() for line in text.splitlines()
+                    if line.startswith("│") and line.split("│")[1].strip().isdigit()]
+    runs = {r.trial_number: r for r in store.runs("s")}
+    points = [(runs[int(n)].ratio, runs[int(n)].outcome.measurement.peak_memory_bytes)
+              for n in front_trials]
+    everything = [(r.ratio, r.outcome.measurement.peak_memory_bytes) for r in runs.values()]
+    # level 0 without fast math is the smallest; level 3 with fast math the fastest
+    assert any(m == 100 * MiB and r == pytest.approx(2.0, rel=0.05) for r, m in points)
+    assert any(m == 210 * MiB and r == pytest.approx(0.8, rel=0.05) for r, m in points)
+    for r, m in everything:  # on the front exactly when nothing beats it on both
+        beaten = any(r2 <= r and m2 <= m and (r2, m2) != (r, m) for r2, m2 in everything)
+        assert ((r, m) in points) == (not beaten)
+    assert optuna_study(store).directions == [optuna.study.StudyDirection.MINIMIZE] * 2
+
+
+def test_a_budgeted_study_never_reports_an_over_budget_winner(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    budget = 170 * MiB  # fast math at level 3 (210 MiB) and level 2 (190 MiB) are over
+    runner, store = study(small_space, tmp_path, launcher, sampler="grid", trials=10,
+                          memory_budget_bytes=budget)
+    runner.run()
+    result = CliRunner().invoke(app, ["best", "s", "--storage", store.url])
+    assert result.exit_code == 0, result.output
+    assert "memory budget 170.0 MiB: 2 configurations above it are infeasible" in result.output
+    export = tmp_path / "best.yaml"
+    result = CliRunner().invoke(app, ["export", "s", "-o", str(export), "--storage", store.url])
+    assert result.exit_code == 0, result.output
+    import yaml
+
+    doc = yaml.safe_load(export.read_text())
+    assert doc["measured"]["peak_memory_bytes"] <= budget
+    assert doc["flags"] == {LEVEL: 1, FAST: True}  # the fastest within budget (150 MiB, 1.04)
+    feasibility = {t.user_attrs.get("feasible") for t in optuna_study(store).trials
+                   if t.state.name == "COMPLETE"}
+    assert feasibility == {True, False}
+    over = [t for t in optuna_study(store).trials if t.user_attrs.get("feasible") is False]
+    assert all(t.system_attrs["constraints:memory_budget"] > 0 for t in over)
+
+
+def test_the_memory_objective_ranks_by_peak_memory(small_space, tmp_path):
+    runner, store = study(small_space, tmp_path, ModelLauncher(tradeoff), sampler="grid",
+                          trials=10, objectives=(Objective.MEMORY,))
+    runner.run()
+    from autotune.analysis import best_rows
+
+    rows = best_rows(store.runs("s"), load_catalog(), objectives=("memory",))
+    assert rows[1].run.flags.get(LEVEL) == 0 and not rows[1].run.flags.get(FAST)
+    peaks = [r.peak_memory_bytes for r in rows[1:]]
+    assert peaks == sorted(peaks)
+
+
+# --- interrupted and killed ---------------------------------------------------------------
+
+
+def test_a_trial_left_running_by_a_killed_process_is_failed_and_run_again(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="random", trials=2, seed=5,
+                          heartbeat_s=1)
+    runner.run()  # baseline and one search trial
+    # what a process killed mid-trial leaves: a RUNNING trial with a last heartbeat
+    storage = optuna.storages.RDBStorage(store.url, heartbeat_interval=1, grace_period=2)
+    orphan = optuna.load_study(study_name="s", storage=storage).ask({LEVEL: optuna.distributions
+                                                                     .CategoricalDistribution(
+                                                                         [0, 1, 2, 3, "unset"])})
+    storage.record_heartbeat(orphan._trial_id)
+    time.sleep(3.5)  # SQLite keeps heartbeats to the second
+    again, _ = study(small_space, tmp_path, launcher, sampler="random", trials=3, seed=5,
+                     heartbeat_s=1)
+    again.run()
+    trials = optuna_study(store).trials
+    assert trials[orphan.number].state.name == "FAIL"
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == orphan.number]
+    assert len(retried) == 1 and retried[0].state.name == "COMPLETE"
+    assert retried[0].params[LEVEL] == orphan.params[LEVEL]
