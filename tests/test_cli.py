@@ -86,8 +86,10 @@ def test_rerunning_the_same_command_continues_the_study(finished_study):
     more = invoke(*STUDY, "--space", "cpu", "--trials", "4", cwd=finished_study)
     assert more.exit_code == 0, more.output
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    runs = store.runs("cpu-matmul-tiny")
-    assert [r.trial_number for r in runs] == [0, 1, 2, 3]
+    runs = store.runs("cpu-matmul-tiny", roles=[Role.BASELINE, Role.SEARCH])
+    numbers = [r.trial_number for r in runs]
+    # one more launch; Optuna trials between may be repeats answered from the records
+    assert numbers[:3] == [0, 1, 2] and len(numbers) == 4 and numbers[3] >= 3
     assert sum(r.role is Role.BASELINE for r in runs) == 1
 
 
@@ -180,7 +182,7 @@ def test_ctrl_c_keeps_finished_trials_and_the_study_resumes(tmp_path):
     with sqlite3.connect(db) as conn:
         states = [s for (s,) in conn.execute("select state from trials")]
     assert "RUNNING" not in states
-    resumed = invoke(*STUDY, "--space", "cpu", "--trials", str(len(states) + 1), cwd=tmp_path)
+    resumed = invoke(*STUDY, "--space", "cpu", "--trials", str(kept + 1), cwd=tmp_path)
     assert resumed.exit_code == 0, resumed.output
     assert _count_runs(db) == kept + 1
 
@@ -245,7 +247,10 @@ def test_drop_unknown_leaves_the_flag_out_and_says_so(tmp_path):
     assert result.exit_code == 0, result.output
     assert "left out 1 flag this XLA" in result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("old-guide-matmul-tiny")
-    assert len(runs) == 3
+    # what is left (fast math on or off) fits in 3 trials: auto measured both, then stopped
+    assert len(runs) == 2 and {tuple(r.flags.items()) for r in runs} == {
+        (), (("xla_cpu_enable_fast_math", True),)}
+    assert "every configuration of the space has been measured" in result.output
     assert all("xla_gpu_enable_pipelined_collectives" not in r.flags for r in runs)
     assert all(r.outcome.ok for r in runs)
 

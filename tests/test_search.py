@@ -283,3 +283,70 @@ def test_a_trial_left_running_by_a_killed_process_is_failed_and_run_again(small_
     retried = [t for t in trials if t.system_attrs.get("failed_trial") == orphan.number]
     assert len(retried) == 1 and retried[0].state.name == "COMPLETE"
     assert retried[0].params[LEVEL] == orphan.params[LEVEL]
+
+
+# --- the recorded tables and the benchmarks built on them ---------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = ROOT / "benchmarks/tables/mlp-dp-small.json"
+
+
+def request(flags: Mapping[str, FlagValue], prune_ratio: float | None = None) -> TrialRequest:
+    return TrialRequest(Path("w.py"), "small", flags=dict(flags), prune_ratio=prune_ratio)
+
+
+def test_a_recorded_table_replays_its_repeats_as_noise():
+    from statistics import median
+
+    from autotune.replay import ReplayTable, TableLauncher
+
+    table = ReplayTable.load(MLP)
+    assert table.meta["repeats"] == 3 and len(table.runs) == table.meta["distinct"] == 288
+    launcher = TableLauncher(table, load_catalog(), seed=0)
+    flags = {LEVEL: 2, "xla_cpu_use_xnnpack": True}  # xnnpack=true is the default: left out
+    recorded = {round(median(r["step_times_s"]) / median(r["baseline_step_times_s"]), 9)
+                for r in table.runs[config_key({LEVEL: 2})]}
+    seen = {round(launcher.launch(request(flags)).measurement.paired_ratio, 9)
+            for _ in range(30)}
+    assert seen == recorded and len(seen) == 3  # every repeat, and nothing else
+    assert launcher.launch(request({"xla_cpu_enable_fast_min_max": False})).kind \
+        is OutcomeKind.CRASHED  # not in the table: said, not raised
+
+
+def test_the_table_launcher_prunes_by_the_childs_rule():
+    from autotune.replay import ReplayTable, TableLauncher
+
+    table = ReplayTable.load(MLP)
+    launcher = TableLauncher(table, load_catalog(), seed=1)
+    slow = launcher.launch(request({LEVEL: 0}, prune_ratio=1.1))  # level 0 is ~1.4x slower
+    assert slow.kind is OutcomeKind.PRUNED and "stopped after 6 paired steps" in slow.message
+    assert len(slow.measurement.step_times_s) < len(table.runs[config_key({LEVEL: 0})][0][
+        "step_times_s"])
+    assert launcher.launch(request({LEVEL: 0}, prune_ratio=3.0)).kind is OutcomeKind.OK
+
+
+def test_a_bad_table_file_is_named(tmp_path):
+    from autotune.replay import ReplayTable, TableError
+
+    bad = tmp_path / "t.json"
+    bad.write_text('{"kind": "something else"}')
+    with pytest.raises(TableError, match="is not a replay table"):
+        ReplayTable.load(bad)
+    with pytest.raises(TableError, match="cannot read the replay table"):
+        ReplayTable.load(tmp_path / "missing.json")
+
+
+@pytest.mark.slow
+def test_the_search_benchmark_prints_its_table():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--seeds", "2",
+         "--trials", "20", "--samplers", "random,auto"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any("within 2% of the best" in line and "flatness" in line for line in lines)
+    rows = [line.split() for line in lines if line.split()[:1] in (["random"], ["auto"])]
+    assert [r[0] for r in rows] == ["random", "auto"] and all(len(r) == 7 for r in rows)

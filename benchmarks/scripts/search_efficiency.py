@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("transformer-small.json", "mlp-dp-small.json")
 CHECKPOINTS = (20, 40, 80)
+WITHIN = (0.01, 0.02, 0.05)
 
 
 @dataclass
@@ -92,16 +93,30 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
           f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
           f"{max(ratios.values()):.3f}; flatness: {table.flatness(0.01):.1%} within 1%, "
           f"{table.flatness(0.02):.1%} within 2% of the best")
-    print(f"{'sampler':8} {'to 1%':>7} {'to 2%':>7}  " + "  ".join(
+    print(f"noise: one measurement's ratio varies by {_noise(table):.1%} (median relative "
+          "standard deviation over a configuration's repeats)")
+    print(f"{'sampler':8} " + " ".join(f"{'to ' + format(w, '.0%'):>7}" for w in WITHIN) + "  "
+          + "  ".join(
         f"{'at ' + str(n):>7}" for n in CHECKPOINTS) + "   (median over seeds; 'at N': "
         "incumbent's true ratio / best)")
     for sampler in samplers:
         traces = [run_study(table, space, sampler, seed, trials, catalog) for seed in range(seeds)]
-        to1 = [t.trials_to(best * 1.01) for t in traces]
-        to2 = [t.trials_to(best * 1.02) for t in traces]
+        to = [_median_text([t.trials_to(best * (1 + w)) for t in traces]) for w in WITHIN]
         at = [statistics.median(t.at(n) / best for t in traces) for n in CHECKPOINTS]
-        print(f"{sampler:8} {_median_text(to1):>7} {_median_text(to2):>7}  "
+        print(f"{sampler:8} " + " ".join(f"{x:>7}" for x in to) + "  "
               + "  ".join(f"{a:7.3f}" for a in at), flush=True)
+
+
+def _noise(table) -> float:
+    """Median over configurations of the relative standard deviation of their repeats."""
+    from autotune.replay import _run_ratio
+
+    spreads = []
+    for runs in table.runs.values():
+        ratios = [r for r in map(_run_ratio, runs) if r]
+        if len(ratios) > 1:
+            spreads.append(statistics.pstdev(ratios) / statistics.fmean(ratios))
+    return statistics.median(spreads) if spreads else 0.0
 
 
 def _median_text(values: list[float]) -> str:

@@ -1,0 +1,135 @@
+"""Which pruning rule saves the most steps without losing good configurations?
+
+    python benchmarks/scripts/pruning_check.py                     # both committed tables
+
+Replays the recorded step times of a table (`benchmarks/tables/`) in seeded
+random orders, as a random search would meet them, and applies each rule to
+every configuration's paired steps as they come in:
+
+- `margin M`: autotune's rule (`autotune.bench`, run in the trial child):
+  after 6 pairs, stop once the candidate/baseline ratio of medians exceeds
+  M times the best ratio measured so far;
+- `optuna median`: Optuna's MedianPruner on the running ratio reported as
+  intermediate values (5 startup trials, 5 warm-up steps);
+- `optuna percentile 25`: PercentilePruner(25), the same reporting.
+
+Per rule, over `--seeds` orders: the share of paired steps saved, how many
+configurations within 2% of the table's best were pruned (a loss: the search
+would never see them), and the true ratio of the best unpruned configuration
+relative to the table's best (1.000: nothing lost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ("transformer-small.json", "mlp-dp-small.json")
+AFTER = 6  # pairs before a rule may stop a trial (autotune.bench.MeasureSettings.prune_after)
+
+
+def running_ratio(cand: Sequence[float], base: Sequence[float], k: int) -> float:
+    return statistics.median(cand[:k]) / statistics.median(base[:k])
+
+
+def margin_rule(margin: float) -> Callable[[Any], Callable[[list[float], list[float], float],
+                                                              int | None]]:
+    """autotune's rule: the step at which a trial stops, or None."""
+    def make(_study: Any) -> Callable[[list[float], list[float], float], int | None]:
+        def stop(cand: list[float], base: list[float], best: float) -> int | None:
+            for k in range(AFTER, len(cand) + 1):
+                if running_ratio(cand, base, k) > margin * best:
+                    return k
+            return None
+        return stop
+    return make
+
+
+def optuna_rule(pruner: Any) -> Callable[[Any], Callable[[list[float], list[float], float],
+                                                           int | None]]:
+    """An Optuna pruner fed the running ratio as intermediate values."""
+    def make(study: Any) -> Callable[[list[float], list[float], float], int | None]:
+        study.pruner = pruner
+
+        def stop(cand: list[float], base: list[float], best: float) -> int | None:
+            trial = study.ask()
+            for k in range(1, len(cand) + 1):
+                trial.report(running_ratio(cand, base, k), k)
+                if k >= AFTER and trial.should_prune():
+                    study.tell(trial, state=_pruned())
+                    return k
+            study.tell(trial, running_ratio(cand, base, len(cand)))
+            return None
+        return stop
+    return make
+
+
+def _pruned() -> Any:
+    from optuna.trial import TrialState
+
+    return TrialState.PRUNED
+
+
+def simulate(table: Any, rule: Any, seed: int) -> tuple[int, int, int, float]:
+    """(steps run, steps in all, good configurations pruned, best unpruned true ratio)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rng = random.Random(seed)
+    ratios = table.ratios()
+    best_true = min(ratios.values())
+    keys = [k for k in ratios]
+    rng.shuffle(keys)
+    stop = rule(optuna.create_study())
+    best_seen, run, total, good_lost, kept = float("inf"), 0, 0, 0, []
+    for key in keys:
+        rec = rng.choice([r for r in table.runs[key] if r.get("status") == "ok"])
+        cand, base = rec["step_times_s"], rec["baseline_step_times_s"]
+        total += len(cand)
+        at = stop(cand, base, best_seen) if best_seen < float("inf") else None
+        if at is not None:
+            run += at
+            good_lost += ratios[key] <= best_true * 1.02
+            continue
+        run += len(cand)
+        kept.append(ratios[key])
+        best_seen = min(best_seen, running_ratio(cand, base, len(cand)))
+    return run, total, good_lost, min(kept) / best_true
+
+
+def main() -> None:
+    import optuna
+
+    from autotune.replay import ReplayTable
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("tables", nargs="*", type=Path,
+                        default=[ROOT / "benchmarks/tables" / t for t in TABLES])
+    parser.add_argument("--seeds", type=int, default=20)
+    args = parser.parse_args()
+    rules = {
+        "margin 1.1": margin_rule(1.1), "margin 1.2": margin_rule(1.2),
+        "margin 1.3": margin_rule(1.3),
+        "optuna median": optuna_rule(optuna.pruners.MedianPruner(5, AFTER)),
+        "optuna percentile 25": optuna_rule(optuna.pruners.PercentilePruner(25.0, 5, AFTER)),
+    }
+    for path in args.tables:
+        table = ReplayTable.load(path)
+        good = sum(r <= min(table.ratios().values()) * 1.02 for r in table.ratios().values())
+        print(f"\n{path.name}: {len(table.ratios())} configurations, {good} within 2% of the best")
+        print(f"{'rule':22} {'steps saved':>11} {'good pruned':>11} {'best kept / best':>16}")
+        for name, rule in rules.items():
+            results = [simulate(table, rule, seed) for seed in range(args.seeds)]
+            saved = 1 - sum(r[0] for r in results) / sum(r[1] for r in results)
+            lost = statistics.mean(r[2] for r in results)
+            kept = statistics.median(r[3] for r in results)
+            print(f"{name:22} {saved:11.1%} {lost:11.1f} {kept:16.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
