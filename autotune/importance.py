@@ -12,8 +12,9 @@ search and recommended trials:
   other params were in those trials, so a sampler that tried two flags
   together can lend one flag the other's effect.
 
-An effect not above the measurement noise of one trial (`noise_level`) is
-"no measurable effect" and is not ranked, however large its importance.
+An effect not above the measurement noise (`noise_level`, one trial's, times
+max(1, sqrt(1/n_best + 1/n_worst)) for the trials behind the two values compared)
+is "no measurable effect" and is not ranked, however large its importance.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class FlagEffect:
         best_ratio, worst_ratio: those median ratios.
         values_tried: how many distinct values (or ranges) the trials set.
         trials: how many compared trials set the param.
-        measurable: two or more values tried and `effect` above the noise.
+        measurable: two or more values tried and `effect` above the noise of the
+            comparison (one trial's noise x max(1, sqrt(1/n_best + 1/n_worst))).
     """
 
     param: str
@@ -204,15 +206,20 @@ def _quiet_optuna() -> Iterator[None]:
 
 def _effect(param: str, pairs: list[tuple[Any, float]], importance: float | None,
             noise: float | None) -> FlagEffect:
-    medians = {level: statistics.median(ratios) for level, ratios in _levels(pairs).items()}
+    levels = _levels(pairs)
+    medians = {level: statistics.median(ratios) for level, ratios in levels.items()}
     ordered = sorted(medians, key=medians.__getitem__)
     best, worst = ordered[0], ordered[-1]
     effect = medians[worst] / medians[best] - 1 if medians[best] > 0 else 0.0
+    # two values with one trial each differ by up to sqrt(2) times one trial's noise; more
+    # trials average it down, but never below one trial's: the other flags vary within
+    # each value's trials too
+    margin = (noise or 0.0) * max(1.0, math.sqrt(1 / len(levels[best]) + 1 / len(levels[worst])))
     return FlagEffect(
         param=param, importance=importance, effect=effect,
         best_value=best, best_ratio=medians[best], worst_value=worst,
         worst_ratio=medians[worst], values_tried=len(medians), trials=len(pairs),
-        measurable=len(medians) > 1 and effect > (noise or 0.0),
+        measurable=len(medians) > 1 and effect > margin,
     )
 
 

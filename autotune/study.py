@@ -18,12 +18,12 @@ run again once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from autotune._optuna import fail_open_trial, has_role, quiet_experimental, trials_in
 from autotune._proc import deferred_interrupt
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
@@ -155,7 +155,7 @@ class StudyRunner:
                     if not self._enqueue_next(study, index):
                         return RunSummary(launched, reused, "every configuration of the "
                                           "space has been measured")
-                    with _quiet_experimental():
+                    with quiet_experimental():
                         trial = study.ask()
                 role, config = self._proposal(trial)
                 prior = index.get(config) if role is not Role.BASELINE else None
@@ -168,7 +168,7 @@ class StudyRunner:
             except BaseException:  # Ctrl-C anywhere in the trial: never leave it RUNNING
                 if trial is not None:
                     with deferred_interrupt():
-                        _fail_open_trial(study, trial)
+                        fail_open_trial(study, trial)
                 raise
             index.add(run)
             launched, streak = launched + 1, 0
@@ -241,7 +241,7 @@ class StudyRunner:
         import optuna
 
         interval = self.plan.heartbeat_s
-        with _quiet_experimental():
+        with quiet_experimental():
             return optuna.storages.RDBStorage(
                 self.storage, heartbeat_interval=interval, grace_period=2 * interval,
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
@@ -254,15 +254,15 @@ class StudyRunner:
         """
         from optuna.storages import fail_stale_trials
 
-        with _quiet_experimental():
+        with quiet_experimental():
             fail_stale_trials(study)  # trials of a killed process: failed, queued again
-        if _trials(study, "WAITING"):
+        if trials_in(study, "WAITING"):
             return True
         if not index.baseline_ok():
             study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
             return True
         rec = self.plan.space.recommended_params()
-        if rec is not None and not _has_role(study, Role.RECOMMENDED):
+        if rec is not None and not has_role(study, Role.RECOMMENDED):
             study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
             return True
         if not self.choice.is_grid:
@@ -386,44 +386,7 @@ def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
     )
 
 
-def _fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    try:
-        trial.set_user_attr("outcome", "interrupted")
-    except UpdateFinishedTrialError:
-        return  # told already: nothing is left open
-    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-
-
-@contextmanager
-def _quiet_experimental() -> Iterator[None]:
-    """Optuna's heartbeat API is experimental and meant for `Study.optimize`; autotune
-    drives it through ask/tell and beats itself (`_launch`): the warnings are noise."""
-    import warnings
-
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
-        yield
-
-
 def _catalog() -> Any:
     from autotune.flags.catalog import load_catalog
 
     return load_catalog()
-
-
-def _trials(study: optuna.Study, state: str) -> list[Any]:
-    from optuna.trial import TrialState
-
-    return study.get_trials(deepcopy=False, states=(TrialState[state],))
-
-
-def _has_role(study: optuna.Study, role: Role) -> bool:
-    """Whether a trial of `role` has been run (finished) or is queued."""
-    return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False)
-               if t.state.is_finished() or t.state.name == "WAITING")

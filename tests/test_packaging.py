@@ -69,6 +69,9 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
     [
         ("autotune.cli", {"jax", "jaxlib"}),
         ("autotune.study", {"jax", "jaxlib"}),
+        ("autotune.search", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune.importance", {"jax", "optuna"}),
         ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
         ("autotune.launcher", {"jax", "optuna", "sqlalchemy"}),
         ("autotune", {"jax", "optuna", "sqlalchemy", "typer", "yaml"}),

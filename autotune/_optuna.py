@@ -1,0 +1,54 @@
+"""Small pieces of Optuna plumbing for the ask/tell loop of `autotune.study`.
+
+Optuna is imported inside the functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from autotune.records import Role
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Tell Optuna an interrupted trial failed, unless it was told already."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    try:
+        trial.set_user_attr("outcome", "interrupted")
+    except UpdateFinishedTrialError:
+        return  # told already: nothing is left open
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+@contextmanager
+def quiet_experimental() -> Iterator[None]:
+    """Optuna's heartbeat API is experimental and meant for `Study.optimize`; autotune
+    drives it through ask/tell and beats itself (`_launch`): the warnings are noise."""
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
+        yield
+
+
+def trials_in(study: optuna.Study, state: str) -> list[Any]:
+    """The study's trials in `state` (a TrialState name), not copied."""
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState[state],))
+
+
+def has_role(study: optuna.Study, role: Role) -> bool:
+    """Whether a trial of `role` has been run (finished) or is queued."""
+    return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False)
+               if t.state.is_finished() or t.state.name == "WAITING")
