@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from autotune._proc import deferred_interrupt
 from autotune.records import Role
 
 if TYPE_CHECKING:
@@ -39,6 +40,32 @@ def quiet_experimental() -> Iterator[None]:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")
         yield
+
+
+@contextmanager
+def beating(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Beat `trial`'s heartbeat (if the storage has heartbeats on) for the block.
+
+    Contract: however the block ends, Ctrl-C included, the heartbeat thread
+    has stopped when this returns. Optuna's thread is no daemon: one left
+    beating keeps the interpreter from exiting (seen in CI: a Ctrl-C that
+    landed inside `start()`, before the block, left it running and the
+    interrupted study printed its message and then hung). Starting it is
+    therefore shielded from Ctrl-C, which is raised once it is running, inside
+    the `try` that stops it.
+    """
+    from optuna.storages._heartbeat import get_heartbeat_thread
+
+    heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
+    started = False
+    try:
+        with deferred_interrupt():
+            heartbeat.start()
+            started = True
+        yield
+    finally:
+        if started:
+            heartbeat.join()
 
 
 def trials_in(study: optuna.Study, state: str) -> list[Any]:

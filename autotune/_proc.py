@@ -133,6 +133,50 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+#: Set by `interrupt_latch`'s handler: a Ctrl-C was received (raised or not).
+_interrupted = threading.Event()
+
+
+@contextlib.contextmanager
+def _sigint_handler(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """`handler` answers SIGINT for the block (main thread only: elsewhere, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _latch(signum: int, frame: object) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_latch() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also remembered.
+
+    Python drops an exception raised inside a garbage-collection callback
+    ("Exception ignored in: ..."); a Ctrl-C that lands there would be lost and
+    the study would run on (seen: SQLAlchemy's `_collection_gced`). Long loops
+    call `raise_if_interrupted` between trials so such a Ctrl-C still stops
+    them. Outside the main thread it does nothing.
+    """
+    _interrupted.clear()
+    try:
+        with _sigint_handler(_latch):
+            yield
+    finally:
+        _interrupted.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if `interrupt_latch` saw a Ctrl-C that was swallowed."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -142,14 +186,13 @@ def deferred_interrupt() -> Iterator[None]:
     For short bookkeeping (a trial created, a result recorded and told) that
     must not be cut in half. Outside the main thread it does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
+
+    def hold(signum: int, frame: object) -> None:
+        received.append(signum)
+        _interrupted.set()
+
+    with _sigint_handler(hold):
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from autotune._optuna import fail_open_trial, has_role, quiet_experimental, trials_in
-from autotune._proc import deferred_interrupt
+from autotune._optuna import beating, fail_open_trial, has_role, quiet_experimental, trials_in
+from autotune._proc import deferred_interrupt, raise_if_interrupted
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
 from autotune.errors import BaselineFailedError
+from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import Launcher
 from autotune.measured import MeasuredIndex, objective_values, peak_memory
 from autotune.records import FlagValue, MeasureMode, OutcomeKind, Role, RunRecord, TrialOutcome
@@ -147,6 +148,7 @@ class StudyRunner:
         index = MeasuredIndex.of(self.store.runs(self.plan.name), self.judge.catalog)
         launched = reused = streak = 0
         while index.launched < self.plan.trials:
+            raise_if_interrupted()  # a Ctrl-C that Python swallowed (see interrupt_latch)
             if streak >= MAX_REPEATED_PROPOSALS:
                 return RunSummary(launched, reused, _exhausted_note(streak))
             trial: optuna.Trial | None = None
@@ -198,6 +200,7 @@ class StudyRunner:
                    if needs_confirmation(r)][:top]
         pending = self._confirm_plan(runs, targets, repeats)
         for done, (number, flags) in enumerate(pending, start=1):
+            raise_if_interrupted()
             outcome = self.launcher.launch(self.judge.request(flags))
             self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
                                   self.judge.user_env(flags), outcome,
@@ -278,9 +281,10 @@ class StudyRunner:
         import optuna
 
         if self._grid is None:
-            space, index = self.plan.space, MeasuredIndex(self.judge.catalog)
-            self._grid = [(p, index.key(space.sample(optuna.trial.FixedTrial(p))))
-                          for p in grid_order(space, self.plan.seed)]
+            space, catalog = self.plan.space, self.judge.catalog
+            self._grid = [(p, config_key(effective_config(
+                space.sample(optuna.trial.FixedTrial(p)), catalog)))
+                for p in grid_order(space, self.plan.seed)]
         return self._grid
 
     def _proposal(self, trial: optuna.Trial) -> tuple[Role, dict[str, FlagValue]]:
@@ -290,17 +294,11 @@ class StudyRunner:
     def _launch(self, study: optuna.Study, trial: optuna.Trial, role: Role,
                 config: dict[str, FlagValue], index: MeasuredIndex) -> RunRecord:
         """Measure `config` (the heartbeat beating meanwhile), record it, tell Optuna."""
-        from optuna.storages._heartbeat import get_heartbeat_thread
-
         request = self.judge.request(config)
         if role is Role.SEARCH:
             request = replace(request, prune_ratio=self._prune_ratio(index))
-        heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
-        heartbeat.start()
-        try:
+        with beating(study, trial):
             outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
-        finally:
-            heartbeat.join()
         with deferred_interrupt():  # recorded and told together, or neither
             outcome = self.judge.guard(outcome)
             ratio = self.judge.ratio(outcome)

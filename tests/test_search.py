@@ -142,6 +142,24 @@ def test_gp_without_torch_says_what_to_install(small_space):
         choose_sampler("gp", (Objective.TIME,), small_space, trials=10)
 
 
+@pytest.mark.parametrize(("sampler", "objectives"), [
+    ("tpe", (Objective.TIME,)), ("random", (Objective.TIME,)), ("grid", (Objective.TIME,)),
+    ("nsga2", (Objective.TIME, Objective.MEMORY)),
+])
+def test_every_sampler_is_reproducible_from_its_seed(small_space, tmp_path, sampler, objectives):
+    def launched(seed: int, folder: str) -> list[str]:
+        (tmp_path / folder).mkdir()
+        launcher = ModelLauncher(tradeoff)
+        runner, _ = study(small_space, tmp_path / folder, launcher, sampler=sampler, trials=6,
+                          seed=seed, objectives=objectives)
+        runner.run()
+        return launcher.launched
+
+    first, again, other = launched(7, "a"), launched(7, "b"), launched(8, "c")
+    assert first == again
+    assert first != other
+
+
 # --- no wasted trials ---------------------------------------------------------------------
 
 
@@ -283,6 +301,40 @@ def test_a_trial_left_running_by_a_killed_process_is_failed_and_run_again(small_
     retried = [t for t in trials if t.system_attrs.get("failed_trial") == orphan.number]
     assert len(retried) == 1 and retried[0].state.name == "COMPLETE"
     assert retried[0].params[LEVEL] == orphan.params[LEVEL]
+
+
+def test_a_ctrl_c_as_the_heartbeat_starts_leaves_no_thread_that_blocks_the_exit(
+        small_space, tmp_path, monkeypatch):
+    """Seen in CI: an interrupted study printed its message and never exited. A Ctrl-C
+    that landed inside the heartbeat's start() left Optuna's thread (no daemon) beating,
+    and the interpreter waits for it at exit."""
+    import signal
+    import threading
+
+    from optuna.storages._heartbeat import HeartbeatThread
+
+    started: list[HeartbeatThread] = []
+    start = HeartbeatThread.start
+
+    def start_then_ctrl_c(self: HeartbeatThread) -> None:
+        start(self)
+        started.append(self)
+        signal.raise_signal(signal.SIGINT)  # arrives just as start() returns
+
+    monkeypatch.setattr(HeartbeatThread, "start", start_then_ctrl_c)
+    runner, store = study(small_space, tmp_path, ModelLauncher(tradeoff), sampler="random",
+                          trials=3, heartbeat_s=1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run()
+        still_beating = [t for t in threading.enumerate()
+                         if t is not threading.main_thread() and not t.daemon]
+    finally:
+        for heartbeat in started:  # never leave one behind to hang pytest itself
+            heartbeat.join()
+    assert len(started) == 1
+    assert still_beating == []
+    assert [t.state.name for t in optuna_study(store).trials] == ["FAIL"]
 
 
 # --- the recorded tables and the benchmarks built on them ---------------------------------

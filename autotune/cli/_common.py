@@ -48,8 +48,11 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        from autotune._proc import interrupt_latch
+
         try:
-            func(*args, **kwargs)
+            with interrupt_latch():
+                func(*args, **kwargs)
         except AutotuneError as exc:
             err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
