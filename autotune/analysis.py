@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.confirm import Confirmation, confirmation
-from autotune.flags.compose import effective_config
+from autotune.flags.compose import config_key, effective_config
 from autotune.measured import peak_memory, within_budget
 from autotune.records import FlagValue, Role, RunRecord
 
@@ -68,10 +68,6 @@ def changed_flags(flags: Mapping[str, FlagValue], catalog: Any) -> dict[str, Fla
     return effective_config(flags, catalog)
 
 
-def _config_key(flags: Mapping[str, FlagValue]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, repr(v)) for k, v in flags.items()))
-
-
 def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
     """Successful non-baseline runs, fastest first; one (the best) per distinct configuration.
 
@@ -80,9 +76,9 @@ def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunR
     """
     candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role is not Role.BASELINE
                   and within_budget(r, memory_budget)]
-    best: dict[tuple[tuple[str, str], ...], RunRecord] = {}
+    best: dict[str, RunRecord] = {}
     for run in sorted(candidates, key=lambda r: (r.ratio, r.id)):
-        best.setdefault(_config_key(run.flags), run)
+        best.setdefault(config_key(run.flags), run)
     return list(best.values())
 
 

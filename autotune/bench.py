@@ -18,7 +18,7 @@ imported inside the functions that run in the child.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +218,18 @@ def _time_paired(
         "checksum": checksum(out),
         "baseline_checksum": checksum(base_out),
     }
+
+
+def prune_point(cand: Sequence[float], base: Sequence[float], s: MeasureSettings) -> int | None:
+    """The number of pairs after which the child would stop these recorded steps, or None.
+
+    The same rule as the live loop (`_prune_verdict` after each pair), replayed
+    over steps already recorded: by `autotune.replay` and the pruning check.
+    """
+    for k in range(s.prune_after, len(cand) + 1):
+        if _prune_verdict(list(cand[:k]), list(base[:k]), s):
+            return k
+    return None
 
 
 def _prune_verdict(cand: list[float], base: list[float], s: MeasureSettings) -> dict[str, Any]:

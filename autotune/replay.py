@@ -106,9 +106,18 @@ class ReplayTable:
         return cls(file, meta, flags, runs)
 
     def true_ratio(self, key: str) -> float | None:
-        """The configuration's time ratio: the mean over its OK repeats (None if none is OK)."""
-        ratios = [r for r in (_run_ratio(run) for run in self.runs.get(key, ())) if r]
-        return statistics.fmean(ratios) if ratios else None
+        """The configuration's time ratio: the median over its OK repeats (None if none is OK).
+
+        The median, not the mean: one disturbed process among the repeats (seen
+        here: a 0.75 among repeats near 0.95) must not make a configuration the
+        table's best.
+        """
+        ratios = self.repeat_ratios(key)
+        return statistics.median(ratios) if ratios else None
+
+    def repeat_ratios(self, key: str) -> list[float]:
+        """The time ratio of each OK repeat of the configuration (failures left out)."""
+        return [r for r in (_run_ratio(run) for run in self.runs.get(key, ())) if r]
 
     def ratios(self) -> dict[str, float]:
         """key -> `true_ratio` of every configuration with an OK repeat."""
@@ -167,11 +176,11 @@ def _outcome(run: Mapping[str, Any], prune_ratio: float | None) -> TrialOutcome:
     if kind is OutcomeKind.OK and prune_ratio is not None:
         cand, base = body["step_times_s"], body["baseline_step_times_s"]
         settings = bench.MeasureSettings(prune_ratio=prune_ratio)
-        for k in range(settings.prune_after, len(cand) + 1):
-            if verdict := bench._prune_verdict(cand[:k], base[:k], settings):
-                body.update(verdict, step_times_s=cand[:k], baseline_step_times_s=base[:k])
-                kind = OutcomeKind.PRUNED
-                break
+        k = bench.prune_point(cand, base, settings)
+        if k is not None:
+            body.update(bench._prune_verdict(cand[:k], base[:k], settings),
+                        step_times_s=cand[:k], baseline_step_times_s=base[:k])
+            kind = OutcomeKind.PRUNED
     measurement = measurement_from_body(body) if body.get("step_times_s") else None
     duration = body.get("compile_time_s", 0.0) + sum(body.get("step_times_s", ())) \
         + sum(body.get("baseline_step_times_s", ()))

@@ -50,13 +50,14 @@ def ok(measurement: Measurement | None) -> TrialOutcome:
 class StudyBuilder:
     """A study in a temp SQLite file: autotune's rows and Optuna's trials, as `study` writes."""
 
-    def __init__(self, tmp_path: Path, name: str = "cpu-matmul", n_objectives: int = 1):
+    def __init__(self, tmp_path: Path, name: str = "cpu-matmul",
+                 objectives: tuple[str, ...] = ("time",)):
         self.url, self.name = f"sqlite:///{tmp_path}/a.db", name
         self.store = Store.open(self.url)
-        self.store.ensure_study(name, "cpu", "matmul", "tiny", 1, "paired")
+        self.store.ensure_study(name, "cpu", "matmul", "tiny", 1, "paired", objectives=objectives)
         self.optuna = optuna.create_study(study_name=name, storage=self.url,
-                                          directions=["minimize"] * n_objectives)
-        self.baseline(n_objectives)
+                                          directions=["minimize"] * len(objectives))
+        self.baseline(len(objectives))
 
     def baseline(self, n_objectives: int) -> None:
         self.trial({}, *[1.0] * n_objectives, role=Role.BASELINE)
@@ -185,7 +186,7 @@ def test_one_trial_or_one_value_tried_gives_a_clear_result_without_importance(tm
 
 
 def test_a_multi_objective_study_is_judged_on_the_time_ratio(tmp_path):
-    study = StudyBuilder(tmp_path, n_objectives=2)
+    study = StudyBuilder(tmp_path, objectives=("time", "memory"))
     for i, (level, fast) in enumerate(itertools.product([0, 1, 2, 3], [False, True])):
         memory = 1e6 if fast else 9e6  # fast math "saves" memory, never time
         study.trial({LEVEL: level, FAST_MATH: fast},
@@ -201,6 +202,31 @@ def test_a_multi_objective_study_is_judged_on_the_time_ratio(tmp_path):
     result = run_cli(study)
     assert result.exit_code == 0, result.output
     assert "slower at 0 than at" in result.output
+
+
+def test_the_time_ratio_is_found_where_the_study_put_it(tmp_path):
+    study = StudyBuilder(tmp_path, objectives=("memory", "time"))  # --objective memory,time
+    for i, (level, fast) in enumerate(itertools.product([0, 1, 2, 3], [False, True])):
+        memory = 1e6 if fast else 9e6  # fast math "saves" memory, never time
+        study.trial({LEVEL: level, FAST_MATH: fast},
+                    memory, (2.0 if level == 0 else 1.0) * (1 + JITTER[i % len(JITTER)]))
+
+    result = run_cli(study)
+
+    assert result.exit_code == 0, result.output
+    assert "slower at 0 than at" in result.output
+    assert "(+800.0%)" not in result.output  # 9e6 / 1e6 bytes: memory read as time
+
+
+def test_a_memory_only_study_is_refused_with_what_to_do(tmp_path):
+    study = StudyBuilder(tmp_path, objectives=("memory",))
+    level_matters(study)
+
+    result = run_cli(study)
+
+    assert result.exit_code == 2
+    assert "minimises peak memory only" in result.output
+    assert "--objective time" in result.output
 
 
 def test_only_complete_search_trials_count_and_a_reused_measurement_counts_once(tmp_path):

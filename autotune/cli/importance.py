@@ -17,12 +17,19 @@ def importance(
 
     A study with fewer than 2 complete search trials prints one line saying
     there is nothing to compare yet and exits 0 (nothing is wrong: the study
-    is just young). A missing study raises StudyNotFoundError.
+    is just young). A missing study raises StudyNotFoundError; a study that
+    minimises memory alone, UsageError (exit 2). The time ratio is read from
+    the study's objectives wherever it stands (`memory,time` puts it second).
     """
+    from autotune.errors import UsageError
     from autotune.importance import compared_trials, flag_effects, load_trials, noise_level
 
     store = open_store(storage, must_exist=True)
-    store.get_study(study_name)
+    record = store.get_study(study_name)
+    if "time" not in record.objectives:
+        raise UsageError(f"study {study_name!r} minimises peak memory only; importance ranks "
+                         "flags by their effect on step time, which its trials do not optimise. "
+                         "Use a study run with --objective time or time,memory")
     trials = compared_trials(load_trials(store.url, study_name))
     if len(trials) < 2:
         out.print(f"nothing to compare yet: study {study_name!r} has {len(trials)} complete "
@@ -30,7 +37,7 @@ def importance(
                   "(the same `autotune study` command with a larger --trials)", highlight=False)
         return
     noise = noise_level(store.runs(study_name))
-    effects = flag_effects(trials, noise)
+    effects = flag_effects(trials, noise, objective_index=record.objectives.index("time"))
     _print_table(study_name, effects, noise)
     _print_notes(len(trials), noise)
 

@@ -53,6 +53,8 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from autotune.analysis import changed_flags, pareto_front
     from autotune.confirm import confirmation
     from autotune.flags.catalog import load_catalog
+    from autotune.measured import peak_memory
+    from autotune.records import Role
 
     catalog = load_catalog()
     table = Table(title=f"Pareto front of {record.name}: time vs peak memory "
@@ -61,11 +63,10 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
         table.add_column(col, no_wrap=True)
     table.add_column("flags changed from defaults", overflow="fold")
     for run in pareto_front(runs, record.memory_budget_bytes):
-        m = run.outcome.measurement
-        conf = confirmation(runs, run)
+        baseline = run.role is Role.BASELINE
         table.add_row(str(run.trial_number), f"×{run.speedup:.3f}",
-                      _confirmed_text(conf) if run.role.value != "baseline" else "(baseline)",
-                      fmt_bytes(m.peak_memory_bytes if m else None),
+                      "(baseline)" if baseline else _confirmed_text(confirmation(runs, run)),
+                      fmt_bytes(peak_memory(run)),
                       fmt_flags(dict(changed_flags(run.flags, catalog))) or "-")
     out.print(table)
 

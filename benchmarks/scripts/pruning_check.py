@@ -28,9 +28,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from autotune.bench import MeasureSettings, prune_point
+
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("transformer-small.json", "mlp-dp-small.json")
-AFTER = 6  # pairs before a rule may stop a trial (autotune.bench.MeasureSettings.prune_after)
+AFTER = MeasureSettings().prune_after  # pairs before any rule may stop a trial
 
 
 def running_ratio(cand: Sequence[float], base: Sequence[float], k: int) -> float:
@@ -42,10 +44,7 @@ def margin_rule(margin: float) -> Callable[[Any], Callable[[list[float], list[fl
     """autotune's rule: the step at which a trial stops, or None."""
     def make(_study: Any) -> Callable[[list[float], list[float], float], int | None]:
         def stop(cand: list[float], base: list[float], best: float) -> int | None:
-            for k in range(AFTER, len(cand) + 1):
-                if running_ratio(cand, base, k) > margin * best:
-                    return k
-            return None
+            return prune_point(cand, base, MeasureSettings(prune_ratio=margin * best))
         return stop
     return make
 

@@ -9,12 +9,19 @@ sampler, the no-repeat rule, pruning) whose trials are answered by
 see `record_table.py`), each answer drawn from the recorded repeats. After
 each launched trial the study's incumbent is the configuration with the best
 *observed* time ratio so far (what the search would report); its *true* ratio
-is the table's mean over repeats. Per table and sampler, over `--seeds` seeded
+is the table's median over repeats. Per table and sampler, over `--seeds` seeded
 studies, the script prints the median number of launched trials until the
 incumbent's true ratio is within 1% and 2% of the table's best, and the
 incumbent's distance from the best after 20, 40 and 80 trials. It also prints
 how flat the table is (the share of configurations within 1% and 2% of the
 best): "reached within 2%" means little where most configurations are.
+
+Structure or noise? It fits an additive model (one effect per flag value) to
+the table's log ratios and prints the residual spread next to the noise of a
+table value (a median of the recorded repeats). Where the two are equal, the
+configurations differ from the model by no more than their measurement noise:
+the table's best is then the luckiest draw of that noise, and no search can
+aim for it (see the README's Search section).
 """
 
 from __future__ import annotations
@@ -93,8 +100,13 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
           f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
           f"{max(ratios.values()):.3f}; flatness: {table.flatness(0.01):.1%} within 1%, "
           f"{table.flatness(0.02):.1%} within 2% of the best")
-    print(f"noise: one measurement's ratio varies by {_noise(table):.1%} (median relative "
+    noise = _noise(table)
+    print(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
           "standard deviation over a configuration's repeats)")
+    fit = _additive_fit(table)
+    print(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%}; "
+          f"a table value's own noise is about {fit.value_noise:.1%}; the model's best is "
+          f"{fit.best:.3f}, and {fit.within_2:.0%} of configurations are within 2% of it")
     print(f"{'sampler':8} " + " ".join(f"{'to ' + format(w, '.0%'):>7}" for w in WITHIN) + "  "
           + "  ".join(
         f"{'at ' + str(n):>7}" for n in CHECKPOINTS) + "   (median over seeds; 'at N': "
@@ -109,14 +121,47 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
 
 def _noise(table) -> float:
     """Median over configurations of the relative standard deviation of their repeats."""
-    from autotune.replay import _run_ratio
-
     spreads = []
-    for runs in table.runs.values():
-        ratios = [r for r in map(_run_ratio, runs) if r]
+    for key in table.runs:
+        ratios = table.repeat_ratios(key)
         if len(ratios) > 1:
             spreads.append(statistics.pstdev(ratios) / statistics.fmean(ratios))
     return statistics.median(spreads) if spreads else 0.0
+
+
+@dataclass
+class Fit:
+    """An additive model of a table: residual, noise of a table value, the model's best."""
+
+    residual: float
+    value_noise: float
+    best: float
+    within_2: float
+
+
+def _additive_fit(table) -> Fit:
+    """Least squares of log ratio on one indicator per (flag, value), unset the reference."""
+    import numpy as np
+
+    ratios = table.ratios()
+    keys = list(ratios)
+    names = sorted({name for key in keys for name in table.flags[key]})
+    levels = sorted({(n, str(table.flags[k][n])) for k in keys for n in names
+                     if n in table.flags[k]})
+    x = np.array([[1.0] + [float(str(table.flags[k].get(n, "\0")) == v) for n, v in levels]
+                  for k in keys])
+    y = np.log([ratios[k] for k in keys])
+    beta, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ beta
+    dof = len(y) - np.linalg.matrix_rank(x)
+    spreads = [np.std(np.log(rs), ddof=1) for rs in map(table.repeat_ratios, keys)
+               if len(rs) > 1]
+    repeats = int(table.meta["repeats"])
+    # The median of n normal draws has about 1.16/sqrt(n) (n = 3) times their spread.
+    value_noise = float(np.sqrt(np.mean(np.square(spreads)))) * 1.16 / math.sqrt(repeats)
+    model = np.exp(x @ beta)
+    return Fit(float(np.sqrt(residual @ residual / dof)), value_noise, float(model.min()),
+               float(np.mean(model <= model.min() * 1.02)))
 
 
 def _median_text(values: list[float]) -> str:
