@@ -35,8 +35,11 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "collective-matmul": ("all-gather", "reduce-scatter"),
     "pipeline": ("collective-permute",),
     "matmul": (),
+    "norm-act": (),  # row-parallel on every device, nothing to communicate
 }
-NEW = ("sharded-matmul", "mlp-dp", "collective-matmul", "pipeline")
+NEW = ("sharded-matmul", "mlp-dp", "collective-matmul", "pipeline", "norm-act")
+COMMUNICATING = ("sharded-matmul", "mlp-dp", "collective-matmul", "pipeline")
+SINGLE_DEVICE = ("matmul",)
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 
 # One child builds, compiles and steps every benchmark's tiny workload (one jax
@@ -141,7 +144,7 @@ def test_tiny_step_is_finite_and_has_its_collective(tiny_facts, name: str) -> No
     facts = tiny_facts[name]
     assert facts["devices"] == DEVICES
     assert facts["finite"] and facts["outputs"] > 0
-    assert facts["meta_devices"] == (DEVICES if EXPECTED[name] else 1)
+    assert facts["meta_devices"] == (1 if name in SINGLE_DEVICE else DEVICES)
     for op in EXPECTED[name]:
         assert facts["counts"][op] > 0, facts["counts"]
     if not EXPECTED[name]:
@@ -157,8 +160,8 @@ def test_collective_matmul_gathers_into_a_dot(tiny_facts) -> None:
 @pytest.mark.slow
 def test_two_devices_still_build_and_communicate() -> None:
     """On two devices (the XLA document's 1 x 2 mesh) each new benchmark keeps its collective."""
-    facts = run_tiny(NEW, 2)
-    for name in NEW:
+    facts = run_tiny(COMMUNICATING, 2)
+    for name in COMMUNICATING:
         assert facts[name]["devices"] == 2 and facts[name]["finite"], (name, facts[name])
         for op in EXPECTED[name]:
             assert facts[name]["counts"][op] > 0, (name, facts[name]["counts"])
@@ -210,7 +213,7 @@ def test_unknown_preset_raises(name: str) -> None:
         module.workload("enormous")
 
 
-@pytest.mark.parametrize("name", ["sharded-matmul", "mlp-dp", "collective-matmul"])
+@pytest.mark.parametrize("name", ["sharded-matmul", "mlp-dp", "collective-matmul", "norm-act"])
 def test_device_count_that_does_not_fit_raises(name: str) -> None:
     """Three devices do not divide the small sizes: the error lists the counts that work."""
     module = load(name)
