@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import cycle
 from pathlib import Path
 from typing import Any
@@ -75,12 +77,15 @@ class ReplayTable:
         flags: key -> the effective configuration (`config_key` of it is the key).
         runs: key -> the recorded runs of that configuration, one per repeat
             (result bodies as the trial child writes them: status, step times...).
+        programs: key -> the program fingerprint XLA compiled the configuration
+            to (`autotune._program.program_fingerprint`), where the table has it.
     """
 
     path: Path
     meta: Mapping[str, Any]
     flags: Mapping[str, Mapping[str, FlagValue]]
     runs: Mapping[str, Sequence[Mapping[str, Any]]]
+    programs: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path | str) -> ReplayTable:
@@ -102,18 +107,48 @@ class ReplayTable:
         entries = doc.get("entries", [])
         flags = {compose.config_key(e["flags"]): e["flags"] for e in entries}
         runs = {compose.config_key(e["flags"]): e["runs"] for e in entries}
+        programs = {compose.config_key(e["flags"]): e["program"] for e in entries
+                    if e.get("program")}
         meta = {k: v for k, v in doc.items() if k != "entries"}
-        return cls(file, meta, flags, runs)
+        return cls(file, meta, flags, runs, programs)
 
     def true_ratio(self, key: str) -> float | None:
-        """The configuration's time ratio: the median over its OK repeats (None if none is OK).
+        """The configuration's time ratio: the median of its program's OK repeats (None if none).
 
-        The median, not the mean: one disturbed process among the repeats (seen
+        Configurations that XLA compiled to the same program (same fingerprint)
+        run the same code, so their repeats are pooled: one program measured 20
+        times is a better estimate than four of them measured 5 times each, and
+        the table's best is then no longer just the luckiest of several equal
+        programs. Without fingerprints, a configuration's own repeats. The
+        median, not the mean: one disturbed process among the repeats (seen
         here: a 0.75 among repeats near 0.95) must not make a configuration the
         table's best.
         """
-        ratios = self.repeat_ratios(key)
-        return statistics.median(ratios) if ratios else None
+        return self._truth.get(key)
+
+    @cached_property
+    def _truth(self) -> dict[str, float]:
+        """key -> `true_ratio`, computed once for the whole table (linear in its repeats)."""
+        pools: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for key in self.runs:
+            pools[self._program_of(key)].extend(self.repeat_ratios(key))
+        return {key: statistics.median(pools[self._program_of(key)]) for key in self.runs
+                if pools[self._program_of(key)]}
+
+    def _program_of(self, key: str) -> tuple[str, str]:
+        program = self.programs.get(key)
+        return ("program", program) if program else ("configuration", key)
+
+    def same_program(self, key: str) -> list[str]:
+        """The keys of every configuration compiled to `key`'s program (`[key]` if unknown)."""
+        program = self.programs.get(key)
+        if program is None:
+            return [key]
+        return [k for k, p in self.programs.items() if p == program]
+
+    def distinct_programs(self) -> int | None:
+        """How many distinct programs the table's configurations compiled to (None if unknown)."""
+        return len(set(self.programs.values())) if self.programs else None
 
     def repeat_ratios(self, key: str) -> list[float]:
         """The time ratio of each OK repeat of the configuration (failures left out)."""
@@ -121,8 +156,7 @@ class ReplayTable:
 
     def ratios(self) -> dict[str, float]:
         """key -> `true_ratio` of every configuration with an OK repeat."""
-        out = {key: self.true_ratio(key) for key in self.runs}
-        return {key: ratio for key, ratio in out.items() if ratio is not None}
+        return dict(self._truth)
 
     def flatness(self, within: float) -> float:
         """The share of configurations whose ratio is within `within` (0.02: 2%) of the best."""

@@ -6,6 +6,7 @@ child); the study, Optuna, SQLite and the CLI are real.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -375,6 +376,72 @@ def test_the_table_launcher_prunes_by_the_childs_rule():
     assert len(slow.measurement.step_times_s) < len(table.runs[config_key({LEVEL: 0})][0][
         "step_times_s"])
     assert launcher.launch(request({LEVEL: 0}, prune_ratio=3.0)).kind is OutcomeKind.OK
+
+
+def _table_file(tmp_path: Path, entries: list[dict], **meta: object) -> Path:
+    doc = {"schema_version": 1, "kind": "autotune-replay-table", "benchmark": "matmul",
+           "preset": "tiny", "devices": 1, "space": "benchmarks/tables/cpu-table.yaml",
+           "configurations": len(entries), "distinct": len(entries), "repeats": 3, **meta,
+           "entries": entries}
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _runs(*ratios: float) -> list[dict]:
+    """Recorded repeats whose candidate/baseline ratio of medians is each of `ratios`."""
+    return [{"status": "ok", "message": "", "step_times_s": [0.01 * r] * 6,
+             "baseline_step_times_s": [0.01] * 6} for r in ratios]
+
+
+def test_configurations_compiled_to_one_program_share_one_truth(tmp_path):
+    from autotune.replay import ReplayTable
+
+    same_a, same_b, other = {LEVEL: 1}, {LEVEL: 2}, {LEVEL: 0}
+    path = _table_file(tmp_path, [
+        {"flags": same_a, "runs": _runs(0.90, 0.91, 0.92), "program": "p1"},
+        {"flags": same_b, "runs": _runs(0.99, 1.00, 1.01), "program": "p1"},
+        {"flags": other, "runs": _runs(2.0, 2.1, 2.2), "program": "p0"},
+    ])
+    table = ReplayTable.load(path)
+    pooled = 0.955  # the median of all six repeats of program p1
+    assert table.true_ratio(config_key(same_a)) == pytest.approx(pooled, abs=1e-9)
+    assert table.true_ratio(config_key(same_b)) == pytest.approx(pooled, abs=1e-9)
+    assert table.true_ratio(config_key(other)) == pytest.approx(2.1)
+    assert table.distinct_programs() == 2
+    assert table.flatness(0.001) == pytest.approx(2 / 3)  # both p1 configurations are "best"
+
+
+def test_a_table_without_fingerprints_judges_each_configuration_by_its_own_repeats(tmp_path):
+    from autotune.replay import ReplayTable
+
+    path = _table_file(tmp_path, [
+        {"flags": {LEVEL: 1}, "runs": _runs(0.90, 0.91, 0.92)},
+        {"flags": {LEVEL: 2}, "runs": _runs(0.99, 1.00, 1.01)},
+    ])
+    table = ReplayTable.load(path)
+    assert table.true_ratio(config_key({LEVEL: 1})) == pytest.approx(0.91)
+    assert table.true_ratio(config_key({LEVEL: 2})) == pytest.approx(1.00)
+    assert table.distinct_programs() is None
+
+
+@pytest.mark.slow
+def test_record_table_fingerprints_the_programs_of_a_table(tmp_path):
+    """`--add-programs` compiles each entry for real: level 0 is another program, and
+    a flag XLA:CPU ignores on a workload without dots (XNNPACK) is the same program."""
+    import subprocess
+    import sys
+
+    default, ignored, level0 = {}, {"xla_cpu_use_xnnpack": False}, {LEVEL: 0}
+    path = _table_file(tmp_path, [{"flags": f, "runs": _runs(1.0)} for f in
+                                  (default, ignored, level0)], benchmark="norm-act")
+    done = subprocess.run([sys.executable, "benchmarks/scripts/record_table.py",
+                           "--add-programs", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "3 configurations, 2 distinct programs" in done.stdout
+    programs = [e["program"] for e in json.loads(path.read_text())["entries"]]
+    assert programs[0] == programs[1] != programs[2]
 
 
 def test_a_bad_table_file_is_named(tmp_path):

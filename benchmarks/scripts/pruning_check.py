@@ -1,6 +1,6 @@
 """Which pruning rule saves the most steps without losing good configurations?
 
-    python benchmarks/scripts/pruning_check.py                     # both committed tables
+    python benchmarks/scripts/pruning_check.py                     # every committed table
 
 Replays the recorded step times of a table (`benchmarks/tables/`) in seeded
 random orders, as a random search would meet them, and applies each rule to
@@ -31,7 +31,7 @@ from typing import Any
 from autotune.bench import MeasureSettings, prune_point
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("transformer-small.json", "mlp-dp-small.json")
+TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
 AFTER = MeasureSettings().prune_after  # pairs before any rule may stop a trial
 
 

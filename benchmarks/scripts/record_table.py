@@ -13,10 +13,18 @@ one is measured once per repeat. A repeat is one fresh process that compiles
 the baseline once and then, for each configuration in a shuffled order,
 compiles it with `compiler_options` and alternates its steps with the
 baseline's (the same paired timing as a study's trial, `autotune.bench`), then
-compares outputs (numerics guard) and reads the memory analysis. Repeats are
+compares outputs (numerics guard), reads the memory analysis and fingerprints
+the compiled program (`autotune._program.program_fingerprint`: configurations
+with one fingerprint run the same code, and the replay pools their repeats
+into one truth; see `autotune.replay.ReplayTable.true_ratio`). Repeats are
 separate processes, so the spread across them is the per-process noise a
 study meets. A repeat writes one JSON line per configuration as it goes and is
 resumed if interrupted.
+
+A table recorded before fingerprints were kept gets them without measuring
+again (one process compiles every configuration):
+
+    python benchmarks/scripts/record_table.py --add-programs benchmarks/tables/mlp-dp-small.json
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -62,24 +71,41 @@ def run_child(args: argparse.Namespace, configs_file: Path, out: Path, seed: int
     subprocess.run(cmd, env=env, check=True)
 
 
-def child(args: argparse.Namespace) -> None:
-    """Measure every configuration of the file against one baseline executable."""
+def _lowered(benchmark: str, preset: str) -> tuple[Any, Any]:
+    """The benchmark's workload and its lowered step (in the child: imports jax)."""
     import jax
 
+    from autotune import bench
+    from autotune.workloads import resolve_benchmark
+
+    work = bench.build_workload(str(resolve_benchmark(benchmark).path), preset)
+    step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
+    return work, step.lower(*work.args)
+
+
+def _compile_fingerprinted(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, str | None]:
+    """Compile with a throw-away dump folder: (executable, seconds, program fingerprint)."""
+    from autotune import bench
+    from autotune._program import program_fingerprint
+
+    with tempfile.TemporaryDirectory(prefix="autotune-table-") as dump:
+        compiled, seconds = bench._compile(lowered, options, dump)
+        return compiled, seconds, program_fingerprint(dump)
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure every configuration of the file against one baseline executable."""
     from autotune import bench
     from autotune._program import memory_figures
     from autotune.flags.catalog import load_catalog
     from autotune.flags.compose import compiler_options, config_key
-    from autotune.workloads import resolve_benchmark
 
     configs = json.loads(Path(args.child).read_text())
     out = Path(args.out)
     done = {json.loads(line)["key"] for line in out.read_text().splitlines()} \
         if out.exists() else set()
     random.Random(args.seed).shuffle(configs)
-    work = bench.build_workload(str(resolve_benchmark(args.benchmark).path), args.preset)
-    step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
-    lowered = step.lower(*work.args)
+    work, lowered = _lowered(args.benchmark, args.preset)
     base, _ = bench._compile(lowered, {}, None)
     settings = bench.MeasureSettings(steps=args.steps, warmup=2, max_warmup=10)
     catalog = load_catalog()
@@ -89,8 +115,8 @@ def child(args: argparse.Namespace) -> None:
             continue
         row: dict[str, Any] = {"key": key, "status": "ok", "message": ""}
         try:
-            cand, row["compile_time_s"] = bench._compile(
-                lowered, compiler_options(config, catalog), None)
+            cand, row["compile_time_s"], row["program"] = _compile_fingerprinted(
+                lowered, compiler_options(config, catalog))
             timed = bench._time_paired(base, cand, work.args, settings)
             row["step_times_s"] = [round(t, 7) for t in timed["step_times_s"]]
             row["baseline_step_times_s"] = [round(t, 7) for t in timed["baseline_step_times_s"]]
@@ -115,10 +141,13 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
     from autotune.flags.compose import config_key
 
     runs: dict[str, list[dict[str, Any]]] = {config_key(c): [] for c in configs}
+    programs: dict[str, set[str | None]] = {config_key(c): set() for c in configs}
     for part in parts:
         for line in part.read_text().splitlines():
             row = json.loads(line)
-            runs[row.pop("key")].append(row)
+            key = row.pop("key")
+            programs[key].add(row.pop("program", None))
+            runs[key].append(row)
     return {
         "schema_version": 1,
         "kind": "autotune-replay-table",
@@ -130,8 +159,52 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
         "made_on": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                     "machine": platform.machine(), "cpus": os.cpu_count(),
                     "date": dt.date.today().isoformat()},
-        "entries": [{"flags": c, "runs": runs[config_key(c)]} for c in configs],
+        "entries": [_entry(c, runs[config_key(c)], programs[config_key(c)]) for c in configs],
     }
+
+
+def _entry(flags: dict[str, Any], runs: list[dict[str, Any]],
+           programs: set[str | None]) -> dict[str, Any]:
+    """A table entry; its program only where every repeat compiled to the same one."""
+    entry: dict[str, Any] = {"flags": flags, "runs": runs}
+    if len(programs) == 1 and None not in programs:
+        entry["program"] = programs.pop()
+    return entry
+
+
+def programs_child(table: Path) -> None:
+    """Print {key: program fingerprint} of every entry of `table` (compiles, never times)."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.compose import compiler_options, config_key
+
+    doc = json.loads(table.read_text())
+    _, lowered = _lowered(doc["benchmark"], doc["preset"])
+    catalog = load_catalog()
+    found = {}
+    for i, entry in enumerate(doc["entries"]):
+        *_, found[config_key(entry["flags"])] = _compile_fingerprinted(
+            lowered, compiler_options(entry["flags"], catalog))
+        print(f"{i + 1}/{len(doc['entries'])}", file=sys.stderr, flush=True)
+    print(json.dumps(found))
+
+
+def add_programs(table: Path) -> None:
+    """Fingerprint the programs of a table recorded without them, in a fresh process."""
+    doc = json.loads(table.read_text())
+    env = dict(os.environ, PYTHONPATH=str(ROOT),
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={doc['devices']}")
+    done = subprocess.run([sys.executable, __file__, "--programs-child", str(table)], env=env,
+                          check=True, stdout=subprocess.PIPE, text=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    from autotune.flags.compose import config_key
+
+    for entry in doc["entries"]:
+        entry["program"] = found[config_key(entry["flags"])]
+    doc["programs_added_by"] = " ".join(
+        ["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]])
+    table.write_text(json.dumps(doc) + "\n")
+    print(f"{table}: {len(doc['entries'])} configurations, "
+          f"{len(set(found.values()))} distinct programs")
 
 
 def main() -> None:
@@ -146,9 +219,18 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--add-programs", type=Path, metavar="TABLE",
+                        help="fingerprint the programs of a table recorded without them")
+    parser.add_argument("--programs-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
+        return
+    if args.programs_child:
+        programs_child(args.programs_child)
+        return
+    if args.add_programs:
+        add_programs(args.add_programs)
         return
     output = args.output or ROOT / f"benchmarks/tables/{args.benchmark}-{args.preset}.json"
     configs, raw = distinct_configs(args.space)

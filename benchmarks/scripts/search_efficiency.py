@@ -1,6 +1,6 @@
 """How many trials each sampler needs to reach the best configuration of a recorded table.
 
-    python benchmarks/scripts/search_efficiency.py                  # both committed tables
+    python benchmarks/scripts/search_efficiency.py                  # every committed table
     python benchmarks/scripts/search_efficiency.py --seeds 5 --samplers random,auto
 
 Each run is a real `autotune.study.StudyRunner` study (baseline first, the
@@ -9,7 +9,10 @@ sampler, the no-repeat rule, pruning) whose trials are answered by
 see `record_table.py`), each answer drawn from the recorded repeats. After
 each launched trial the study's incumbent is the configuration with the best
 *observed* time ratio so far (what the search would report); its *true* ratio
-is the table's median over repeats. Per table and sampler, over `--seeds` seeded
+is the median over the recorded repeats of every configuration XLA compiled to
+the same program (`ReplayTable.true_ratio`: a program measured 20 times, not
+four equal programs measured 5 times each, whose luckiest would otherwise be
+"the best"). Per table and sampler, over `--seeds` seeded
 studies, the script prints the median number of launched trials until the
 incumbent's true ratio is within 1% and 2% of the table's best, and the
 incumbent's distance from the best after 20, 40 and 80 trials. It also prints
@@ -18,7 +21,7 @@ best): "reached within 2%" means little where most configurations are.
 
 Structure or noise? It fits an additive model (one effect per flag value) to
 the table's log ratios and prints the residual spread next to the noise of a
-table value (a median of the recorded repeats). Where the two are equal, the
+table value (a median of its program's recorded repeats). Where the two are equal, the
 configurations differ from the model by no more than their measurement noise:
 the table's best is then the luckiest draw of that noise, and no search can
 aim for it (see the README's Search section).
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("transformer-small.json", "mlp-dp-small.json")
+TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
 CHECKPOINTS = (20, 40, 80)
 WITHIN = (0.01, 0.02, 0.05)
 
@@ -100,13 +103,18 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
           f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
           f"{max(ratios.values()):.3f}; flatness: {table.flatness(0.01):.1%} within 1%, "
           f"{table.flatness(0.02):.1%} within 2% of the best")
+    programs = table.distinct_programs()
+    print(f"programs: {programs} distinct programs; a configuration's true ratio pools the "
+          "repeats of its program" if programs else
+          "programs: not fingerprinted; a configuration's true ratio is its own repeats' median")
     noise = _noise(table)
     print(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
           "standard deviation over a configuration's repeats)")
     fit = _additive_fit(table)
-    print(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%}; "
-          f"a table value's own noise is about {fit.value_noise:.1%}; the model's best is "
-          f"{fit.best:.3f}, and {fit.within_2:.0%} of configurations are within 2% of it")
+    verdict = ("the flags interact or matter beyond the noise" if fit.residual > 2 * fit.value_noise
+               else "no structure beyond the noise of the table's values")
+    print(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%} "
+          f"against a table value's own noise of about {fit.value_noise:.1%}: {verdict}")
     print(f"{'sampler':8} " + " ".join(f"{'to ' + format(w, '.0%'):>7}" for w in WITHIN) + "  "
           + "  ".join(
         f"{'at ' + str(n):>7}" for n in CHECKPOINTS) + "   (median over seeds; 'at N': "
@@ -131,12 +139,10 @@ def _noise(table) -> float:
 
 @dataclass
 class Fit:
-    """An additive model of a table: residual, noise of a table value, the model's best."""
+    """An additive model of a table: its residual spread and the noise of a table value."""
 
     residual: float
     value_noise: float
-    best: float
-    within_2: float
 
 
 def _additive_fit(table) -> Fit:
@@ -156,12 +162,12 @@ def _additive_fit(table) -> Fit:
     dof = len(y) - np.linalg.matrix_rank(x)
     spreads = [np.std(np.log(rs), ddof=1) for rs in map(table.repeat_ratios, keys)
                if len(rs) > 1]
-    repeats = int(table.meta["repeats"])
-    # The median of n normal draws has about 1.16/sqrt(n) (n = 3) times their spread.
-    value_noise = float(np.sqrt(np.mean(np.square(spreads)))) * 1.16 / math.sqrt(repeats)
-    model = np.exp(x @ beta)
-    return Fit(float(np.sqrt(residual @ residual / dof)), value_noise, float(model.min()),
-               float(np.mean(model <= model.min() * 1.02)))
+    # The median of n normal draws has about 1.25/sqrt(n) times their spread (1.16 at n = 3);
+    # a table value is the median of its program's pooled repeats.
+    pooled = [sum(len(table.repeat_ratios(k)) for k in table.same_program(key)) for key in keys]
+    factor = statistics.fmean(1.25 / math.sqrt(n) for n in pooled if n)
+    value_noise = float(np.sqrt(np.mean(np.square(spreads)))) * factor
+    return Fit(float(np.sqrt(residual @ residual / dof)), value_noise)
 
 
 def _median_text(values: list[float]) -> str:
