@@ -133,7 +133,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-#: Set by `interrupt_latch`'s handler: a Ctrl-C was received (raised or not).
+#: Set by `interrupt_latch`'s handler: a Ctrl-C was received (raised or not); only
+#: that handler sets it, and the latch clears it on both ends.
 _interrupted = threading.Event()
 
 
@@ -184,15 +185,12 @@ def deferred_interrupt() -> Iterator[None]:
     """Hold Ctrl-C back until the block ends, then raise KeyboardInterrupt.
 
     For short bookkeeping (a trial created, a result recorded and told) that
-    must not be cut in half. Outside the main thread it does nothing.
+    must not be cut in half. Outside the main thread it does nothing. The
+    held Ctrl-C is raised when the block ends, so it is never lost and is not
+    remembered by `interrupt_latch` (which would stop a later loop with it).
     """
     received: list[int] = []
-
-    def hold(signum: int, frame: object) -> None:
-        received.append(signum)
-        _interrupted.set()
-
-    with _sigint_handler(hold):
+    with _sigint_handler(lambda signum, frame: received.append(signum)):
         yield
     if received:
         raise KeyboardInterrupt

@@ -126,25 +126,27 @@ class ReplayTable:
         """
         return self._truth.get(key)
 
+    def pooled_repeats(self, key: str) -> list[float]:
+        """The OK repeats' ratios of every configuration compiled to `key`'s program."""
+        return self._pools.get(self._program_of(key), [])
+
     @cached_property
-    def _truth(self) -> dict[str, float]:
-        """key -> `true_ratio`, computed once for the whole table (linear in its repeats)."""
+    def _pools(self) -> dict[tuple[str, str], list[float]]:
+        """Program (or, without a fingerprint, the configuration) -> its repeats' ratios."""
         pools: dict[tuple[str, str], list[float]] = defaultdict(list)
         for key in self.runs:
             pools[self._program_of(key)].extend(self.repeat_ratios(key))
-        return {key: statistics.median(pools[self._program_of(key)]) for key in self.runs
-                if pools[self._program_of(key)]}
+        return dict(pools)
+
+    @cached_property
+    def _truth(self) -> dict[str, float]:
+        """key -> `true_ratio`, computed once for the whole table (linear in its repeats)."""
+        return {key: statistics.median(pool) for key in self.runs
+                if (pool := self.pooled_repeats(key))}
 
     def _program_of(self, key: str) -> tuple[str, str]:
         program = self.programs.get(key)
         return ("program", program) if program else ("configuration", key)
-
-    def same_program(self, key: str) -> list[str]:
-        """The keys of every configuration compiled to `key`'s program (`[key]` if unknown)."""
-        program = self.programs.get(key)
-        if program is None:
-            return [key]
-        return [k for k, p in self.programs.items() if p == program]
 
     def distinct_programs(self) -> int | None:
         """How many distinct programs the table's configurations compiled to (None if unknown)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune._proc import interrupt_latch, raise_if_interrupted
+from autotune._proc import deferred_interrupt, interrupt_latch, raise_if_interrupted
 from autotune.launcher import SubprocessLauncher, TrialRequest, classify_stderr
 from autotune.records import MeasureMode, OutcomeKind
 
@@ -205,3 +205,12 @@ def test_a_ctrl_c_that_python_swallows_in_a_gc_callback_still_stops_the_loop():
         with pytest.raises(KeyboardInterrupt):
             raise_if_interrupted()
     raise_if_interrupted()  # outside the latch: nothing is remembered
+
+
+def test_a_ctrl_c_held_back_and_raised_is_not_remembered_for_a_later_loop():
+    """A Ctrl-C held by `deferred_interrupt` is raised at the end of its block; once handled,
+    it must not stop the next study run in the same process (library use, tests)."""
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt():
+            signal.raise_signal(signal.SIGINT)
+    raise_if_interrupted()  # raises if the handled Ctrl-C was remembered

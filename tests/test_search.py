@@ -408,6 +408,8 @@ def test_configurations_compiled_to_one_program_share_one_truth(tmp_path):
     assert table.true_ratio(config_key(same_a)) == pytest.approx(pooled, abs=1e-9)
     assert table.true_ratio(config_key(same_b)) == pytest.approx(pooled, abs=1e-9)
     assert table.true_ratio(config_key(other)) == pytest.approx(2.1)
+    assert sorted(table.pooled_repeats(config_key(same_b))) == pytest.approx(
+        [0.90, 0.91, 0.92, 0.99, 1.00, 1.01])
     assert table.distinct_programs() == 2
     assert table.flatness(0.001) == pytest.approx(2 / 3)  # both p1 configurations are "best"
 

@@ -182,22 +182,22 @@ def programs_child(table: Path) -> None:
     catalog = load_catalog()
     found = {}
     for i, entry in enumerate(doc["entries"]):
-        *_, found[config_key(entry["flags"])] = _compile_fingerprinted(
-            lowered, compiler_options(entry["flags"], catalog))
+        _, _, program = _compile_fingerprinted(lowered, compiler_options(entry["flags"], catalog))
+        found[config_key(entry["flags"])] = program
         print(f"{i + 1}/{len(doc['entries'])}", file=sys.stderr, flush=True)
     print(json.dumps(found))
 
 
 def add_programs(table: Path) -> None:
     """Fingerprint the programs of a table recorded without them, in a fresh process."""
+    from autotune.flags.compose import config_key
+
     doc = json.loads(table.read_text())
     env = dict(os.environ, PYTHONPATH=str(ROOT),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={doc['devices']}")
     done = subprocess.run([sys.executable, __file__, "--programs-child", str(table)], env=env,
                           check=True, stdout=subprocess.PIPE, text=True)
     found = json.loads(done.stdout.splitlines()[-1])
-    from autotune.flags.compose import config_key
-
     for entry in doc["entries"]:
         entry["program"] = found[config_key(entry["flags"])]
     doc["programs_added_by"] = " ".join(

@@ -164,7 +164,7 @@ def _additive_fit(table) -> Fit:
                if len(rs) > 1]
     # The median of n normal draws has about 1.25/sqrt(n) times their spread (1.16 at n = 3);
     # a table value is the median of its program's pooled repeats.
-    pooled = [sum(len(table.repeat_ratios(k)) for k in table.same_program(key)) for key in keys]
+    pooled = [len(table.pooled_repeats(key)) for key in keys]
     factor = statistics.fmean(1.25 / math.sqrt(n) for n in pooled if n)
     value_noise = float(np.sqrt(np.mean(np.square(spreads)))) * factor
     return Fit(float(np.sqrt(residual @ residual / dof)), value_noise)
