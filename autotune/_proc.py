@@ -1,5 +1,4 @@
-"""Run a child process safely and read what XLA printed (bottom layer: no autotune imports
-beyond records).
+"""Run a child process safely (bottom layer: no autotune imports).
 
 Used by the trial launcher and by the flag probe. A child runs without a shell,
 in its own session, under a hard time limit; on timeout its whole process
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -20,12 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.records import OutcomeKind
-
 TAIL_BYTES = 4000
-_UNKNOWN_FLAG = re.compile(r"Unknown flags? in (?:XLA_FLAGS|LIBTPU_INIT_ARGS): ?(.*)")
-_ILLEGAL_VALUE = re.compile(r"Illegal value for (--\S+) ('[^']*')")
-_UNINTERPRETABLE = re.compile(r"Couldn't interpret value (\S*) for flag (\S+?)\.?$", re.M)
 
 
 def _tail(path: Path) -> str:
@@ -36,36 +29,6 @@ def _tail(path: Path) -> str:
 def _head(path: Path, size: int = 64_000) -> str:
     with open(path, "rb") as fh:
         return fh.read(size).decode("utf-8", errors="replace")
-
-
-def classify_stderr(stderr: str) -> tuple[OutcomeKind, str] | None:
-    """Recognise XLA's flag-parsing aborts in a child's stderr."""
-    if match := _UNKNOWN_FLAG.search(stderr):
-        return OutcomeKind.UNKNOWN_FLAG, f"XLA does not know: {match.group(1).strip()}"
-    if match := _ILLEGAL_VALUE.search(stderr):
-        return OutcomeKind.INVALID_VALUE, f"illegal value {match.group(2)} for {match.group(1)}"
-    if match := _UNINTERPRETABLE.search(stderr):
-        flag = match.group(2)
-        return OutcomeKind.INVALID_VALUE, f"illegal value '{match.group(1)}' for --{flag}"
-    return None
-
-
-_OOM = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|std::bad_alloc|MemoryError|Cannot allocate")
-
-
-def looks_like_oom(stderr: str) -> str | None:
-    """The line of `stderr` that says memory ran out, if any."""
-    for line in stderr.splitlines():
-        if _OOM.search(line):
-            return line.strip()[:300]
-    return None
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ imported inside the functions that run in the child.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from autotune.stopping import PRUNE_AFTER
 
 PRESETS = ("tiny", "small", "large")
 
@@ -57,7 +59,7 @@ class MeasureSettings:
     Warm-up: after the first step (recorded apart as `first_step_time_s`), at
     least `warmup` and at most `max(warmup, max_warmup)` warm-up steps run (per
     executable); warming stops early once the last `settle_window` warm-up
-    times lie within `settle_tolerance` of their median (`autotune.stats.settled`;
+    times lie within `settle_tolerance` of their median (`autotune.stopping.settled`;
     in PAIRED mode both executables must have settled).
 
     Pruning (PAIRED mode): with `prune_ratio` set, once `prune_after` pairs are
@@ -73,7 +75,7 @@ class MeasureSettings:
     settle_window: int = 5
     settle_tolerance: float = 0.05
     prune_ratio: float | None = None
-    prune_after: int = 6
+    prune_after: int = PRUNE_AFTER
 
     @classmethod
     def from_env(cls, environ: dict[str, str]) -> MeasureSettings:
@@ -121,14 +123,10 @@ def build_workload(path: str, preset: str) -> Workload:
 
 def _classify_exception(exc: BaseException) -> _Failure:
     """Map an exception raised by JAX/XLA while compiling or running to a failure kind."""
-    text = f"{type(exc).__name__}: {exc}"
-    if "No such compile option" in text:
-        return _Failure("unknown_flag", text)
-    if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or isinstance(exc, MemoryError):
-        return _Failure("oom", text)
-    if "INVALID_ARGUMENT" in text and "option" in text.lower():
-        return _Failure("invalid_value", text)
-    return _Failure("compile_error", text)
+    from autotune.failures import classify_exception
+
+    kind, message = classify_exception(exc)
+    return _Failure(kind.value, message)
 
 
 def _compile(lowered: Any, options: dict[str, Any], dump_dir: str | None) -> tuple[Any, float]:
@@ -220,52 +218,23 @@ def _time_paired(
     }
 
 
-def prune_point(cand: Sequence[float], base: Sequence[float], s: MeasureSettings) -> int | None:
-    """The number of pairs after which the child would stop these recorded steps, or None.
-
-    The same rule as the live loop (`_prune_verdict` after each pair), replayed
-    over steps already recorded: by `autotune.replay` and the pruning check.
-    """
-    for k in range(s.prune_after, len(cand) + 1):
-        if _prune_verdict(list(cand[:k]), list(base[:k]), s):
-            return k
-    return None
-
-
 def _prune_verdict(cand: list[float], base: list[float], s: MeasureSettings) -> dict[str, Any]:
     """{"status": "pruned", "message": ...} when the candidate is clearly slower, else {}."""
-    import statistics
+    from autotune.stopping import prune_verdict
 
-    if s.prune_ratio is None or len(cand) < s.prune_after:
-        return {}
-    ratio = statistics.median(cand) / statistics.median(base)
-    if ratio <= s.prune_ratio:
-        return {}
-    return {"status": "pruned", "message": (
-        f"stopped after {len(cand)} paired steps: {ratio:.3f}x the baseline's step time, "
-        f"above the {s.prune_ratio:.3f} limit (clearly slower than the best so far)")}
+    why = prune_verdict(cand, base, s.prune_ratio, s.prune_after)
+    return {"status": "pruned", "message": why} if why else {}
 
 
 def _warm_up(
     exes: list[Any], args: tuple[Any, ...], s: MeasureSettings
 ) -> tuple[list[list[float]], bool]:
-    """Warm-up rounds (one step of each executable, A B B A order) until all settled.
+    """Warm-up rounds of every executable until all settled (`autotune.stopping.warm_up`)."""
+    from autotune.stopping import warm_up
 
-    Runs at least `s.warmup` and at most `max(s.warmup, s.max_warmup)` rounds;
-    returns each executable's warm-up times and whether all had settled.
-    """
-    from autotune.stats import settled
-
-    times: list[list[float]] = [[] for _ in exes]
-    window, cap = max(s.settle_window, 1), max(s.warmup, s.max_warmup)
-    while True:
-        done = all(settled(t, window, s.settle_tolerance) for t in times)
-        rounds = len(times[0])
-        if rounds >= cap or (done and rounds >= s.warmup):
-            return times, done
-        order = range(len(exes)) if rounds % 2 == 0 else reversed(range(len(exes)))
-        for k in order:
-            times[k].append(_run_once(exes[k], args)[0])
+    steps = [lambda exe=exe: _run_once(exe, args)[0] for exe in exes]
+    return warm_up(steps, minimum=s.warmup, cap=s.max_warmup, window=s.settle_window,
+                   tolerance=s.settle_tolerance)
 
 
 def _versions() -> dict[str, Any]:

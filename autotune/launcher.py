@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import tempfile
 from abc import ABC, abstractmethod
@@ -18,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autotune._proc import Finished, classify_stderr, looks_like_oom, run_bounded, signal_name
+from autotune._proc import Finished, run_bounded
+from autotune.failures import classify_exit
 from autotune.measurement import ResultFileError, read_result
 from autotune.records import FlagValue, OutcomeKind, TrialOutcome
 
@@ -138,18 +138,9 @@ class SubprocessLauncher(Launcher):
             signal=-rc if rc is not None and rc < 0 else None,
             stdout_tail=run.stdout, stderr_tail=run.stderr,
         )
-        if run.timed_out:
-            msg = f"no result within {request.timeout_s:g} s; the process group was killed"
-            return replace(base, kind=OutcomeKind.TIMEOUT, message=msg)
-        if flagged := classify_stderr(run.stderr_head + run.stderr):
-            return replace(base, kind=flagged[0], message=flagged[1])
-        if base.exit_code != 0 and (line := looks_like_oom(run.stderr_head + run.stderr)):
-            return replace(base, kind=OutcomeKind.OOM, message=f"out of memory: {line}")
-        if base.signal is not None:
-            msg = f"the child was killed by {signal_name(base.signal)}"
-            if base.signal == signal.SIGKILL:
-                msg += " (the kernel's out-of-memory killer sends this too)"
-            return replace(base, message=msg)
+        decided = classify_exit(rc, run.timed_out, run.stderr_head + run.stderr, request.timeout_s)
+        if decided is not None:
+            return replace(base, kind=decided[0], message=decided[1])
         outcome = _from_result_file(result, base)
         if request.command is not None and not result.exists():
             outcome = replace(outcome, message=outcome.message + "; does the command call "

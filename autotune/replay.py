@@ -205,16 +205,16 @@ def _run_ratio(run: Mapping[str, Any]) -> float | None:
 
 def _outcome(run: Mapping[str, Any], prune_ratio: float | None) -> TrialOutcome:
     """A recorded run as the outcome of a PAIRED trial (pruned by the child's rule if due)."""
-    from autotune import bench
+    from autotune.stopping import PRUNE_AFTER, prune_point, prune_verdict
 
     body = {"mode": "paired", "backend": "cpu", **run}
     kind = OutcomeKind(body.get("status", "ok"))
     if kind is OutcomeKind.OK and prune_ratio is not None:
         cand, base = body["step_times_s"], body["baseline_step_times_s"]
-        settings = bench.MeasureSettings(prune_ratio=prune_ratio)
-        k = bench.prune_point(cand, base, settings)
+        k = prune_point(cand, base, prune_ratio, PRUNE_AFTER)
         if k is not None:
-            body.update(bench._prune_verdict(cand[:k], base[:k], settings),
+            body.update(status="pruned", message=prune_verdict(cand[:k], base[:k], prune_ratio,
+                                                               PRUNE_AFTER),
                         step_times_s=cand[:k], baseline_step_times_s=base[:k])
             kind = OutcomeKind.PRUNED
     measurement = measurement_from_body(body) if body.get("step_times_s") else None

@@ -1,6 +1,6 @@
 """Robust statistics of step times and of candidate/baseline time ratios.
 
-Noise on the machines autotune runs on is mostly *per process* (DESIGN.md):
+Noise on the machines autotune runs on is mostly *per process* (docs/ARCHITECTURE.md):
 one process can run every step 1.8x slower than the next while steps inside
 a process agree within a few percent. Everything here is built on that:
 
@@ -24,7 +24,6 @@ ValueError. Results are deterministic for a given ``seed``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -295,23 +294,6 @@ def unpaired_ratio(
     estimate = float(np.median(log_c) - np.median(log_b))
     return _ratio_estimate(estimate, boot_c - boot_b, confidence, len(cand) + len(base),
                            min(len(cand), len(base)))
-
-
-def settled(times: Sequence[float], window: int = 5, tolerance: float = 0.05) -> bool:
-    """The last `window` times lie within `tolerance` of their median.
-
-    That is max/median - 1 <= tolerance and 1 - min/median <= tolerance.
-    False when fewer than `window` times are given. Standard library only (the
-    trial child calls it after every warm-up step). Raises ValueError for
-    window < 1.
-    """
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
-    last = sorted(list(times)[-window:])
-    if len(last) < window:
-        return False
-    med = statistics.median(last)
-    return med > 0 and last[-1] / med - 1 <= tolerance and 1 - last[0] / med <= tolerance
 
 
 def spread(medians: Sequence[float]) -> float:

@@ -33,6 +33,7 @@ from autotune.launcher import Launcher
 from autotune.measured import MeasuredIndex, objective_values, peak_memory
 from autotune.records import FlagValue, MeasureMode, OutcomeKind, Role, RunRecord, TrialOutcome
 from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
+from autotune.stopping import prune_limit
 from autotune.storage.store import Store
 from autotune.trials import RequestSettings, TrialJudge, environment_of, with_device_count
 from autotune.workloads import WorkloadInfo
@@ -314,14 +315,11 @@ class StudyRunner:
     def _prune_ratio(self, index: MeasuredIndex) -> float | None:
         """Stop a search trial once it is `prune_margin` times slower than the best so far.
 
-        Only for the time objective alone (a slow configuration may still be
-        worth its memory), only in PAIRED mode (the child compares against its
-        own baseline) and only once a configuration has been measured.
+        See `autotune.stopping.prune_limit` for when no limit is set.
         """
-        margin, best = self.plan.prune_margin, index.best_ratio(self.plan.memory_budget_bytes)
-        if margin is None or best is None or self.plan.mode is not MeasureMode.PAIRED:
-            return None
-        return margin * best if self.plan.objectives == (Objective.TIME,) else None
+        return prune_limit(self.plan.prune_margin, index.best_ratio(self.plan.memory_budget_bytes),
+                           paired=self.plan.mode is MeasureMode.PAIRED,
+                           time_only=self.plan.objectives == (Objective.TIME,))
 
     def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRecord, role: Role,
               reused: bool) -> None:

@@ -21,7 +21,14 @@ from autotune.errors import UsageError
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import Launcher, TrialRequest
-from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.records import (
+    FlagValue,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    TrialOutcome,
+)
 from autotune.search import Objective, choose_sampler, parse_objectives
 from autotune.spaces import load_space
 from autotune.storage import Store
@@ -189,6 +196,40 @@ def test_a_repeated_proposal_reuses_the_record_instead_of_launching(small_space,
     runs = {r.id: r for r in store.runs("s")}
     for t in reused:  # told the value of the run that measured the same configuration
         assert t.value == pytest.approx(runs[t.user_attrs["reused_run_id"]].ratio)
+
+
+class LimitRecorder(ModelLauncher):
+    """A ModelLauncher that also keeps the prune limit each request carried."""
+
+    def __init__(self, model: Callable[[Mapping[str, FlagValue]], tuple[float, int]]) -> None:
+        super().__init__(model)
+        self.limits: list[float | None] = []
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        self.limits.append(request.prune_ratio)
+        return super().launch(request)
+
+
+def test_search_trials_carry_a_prune_limit_of_the_margin_times_the_best_so_far(
+        small_space, tmp_path):
+    launcher = LimitRecorder(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="grid", trials=50, seed=3,
+                          prune_margin=1.5)
+    runner.run()
+    runs = sorted(store.runs("s"), key=lambda r: r.id)
+    assert launcher.limits[0] is None  # the baseline is never pruned
+    for k, limit in enumerate(launcher.limits[1:], start=1):
+        measured = [r.ratio for r in runs[:k] if r.ratio and r.role is not Role.BASELINE]
+        assert limit == (pytest.approx(1.5 * min(measured)) if measured else None)
+    assert sum(limit is not None for limit in launcher.limits) >= 5
+
+
+def test_a_study_with_memory_as_an_objective_never_prunes(small_space, tmp_path):
+    launcher = LimitRecorder(tradeoff)
+    runner, _ = study(small_space, tmp_path, launcher, sampler="grid", trials=50, seed=3,
+                      objectives=(Objective.TIME, Objective.MEMORY))
+    runner.run()
+    assert len(launcher.limits) == 8 and set(launcher.limits) == {None}
 
 
 def test_resuming_counts_launches_and_never_remeasures(small_space, tmp_path):

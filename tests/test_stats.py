@@ -8,7 +8,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ from autotune.stats import (
     RatioEstimate,
     outlier_mask,
     paired_ratio,
-    settled,
     spread,
     step_stats,
     unpaired_ratio,
@@ -57,7 +55,8 @@ def test_even_count_median_and_single_time():
 def test_no_times_gives_none_and_bad_times_raise():
     assert step_stats([]) is None
     for bad in ([1.0, 0.0], [1.0, -1.0], [1.0, float("nan")], [float("inf")]):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"^step times must be a flat list of positive "
+                                             r"finite numbers$"):
             step_stats(bad)
 
 
@@ -154,26 +153,56 @@ def test_same_seed_same_answer_other_seed_other_interval():
 
 
 def test_paired_ratio_rejects_mismatched_input():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^paired_ratio needs the same number \(>= 1\) of "
+                                         r"candidate and baseline runs$"):
         paired_ratio([[1.0]], [[1.0], [2.0]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"same number \(>= 1\)"):
         paired_ratio([], [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^every process needs at least one step time$"):
         paired_ratio([[]], [[1.0]])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^confidence must lie in \(0, 1\), got 1.0$"):
         paired_ratio([[1.0]], [[1.0]], confidence=1.0)
+    with pytest.raises(ValueError, match=r"^confidence must lie in \(0, 1\), got 0.0$"):
+        paired_ratio([[1.0]], [[1.0]], confidence=0.0)
+    with pytest.raises(ValueError, match="^n_boot must be at least 1, got 0$"):
+        paired_ratio([[1.0]], [[1.0]], n_boot=0)
+    assert paired_ratio([[1.0]], [[2.0]], n_boot=1).ratio == 0.5  # one resample is enough
+    with pytest.raises(ValueError, match="positive finite"):
+        paired_ratio([[1.0, -1.0]], [[1.0]])
 
 
-def test_bootstrap_of_10_processes_by_20_steps_is_fast():
-    rng = np.random.default_rng(0)
-    cand, base = processes(rng, 0.9, rng.uniform(0.01, 0.02, 10))
-    paired_ratio(cand, base)  # warm numpy up
-    best = math.inf
-    for _ in range(3):  # the best of three, so a busy machine does not fail it
-        start = time.perf_counter()
-        paired_ratio(cand, base, n_boot=2000)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.1
+def test_unpaired_ratio_rejects_an_empty_side():
+    message = "^unpaired_ratio needs at least one candidate and one baseline run$"
+    with pytest.raises(ValueError, match=message):
+        unpaired_ratio([[1.0]], [])
+    with pytest.raises(ValueError, match=message):
+        unpaired_ratio([], [[1.0]])
+
+
+@pytest.mark.parametrize("ratio", [paired_ratio, unpaired_ratio])
+def test_one_odd_process_does_not_move_the_figure(ratio):
+    """The per-process figures are combined by their median, not their mean."""
+    base = [[0.010] * 5] * 4
+    cand = [[0.009] * 5] * 3 + [[0.003] * 5]  # three say 0.9, one odd process says 0.3
+    assert ratio(cand, base).ratio == pytest.approx(0.9)  # the mean of logs would say 0.68
+    odd_three = [[0.009] * 5, [0.009] * 5, [0.030] * 5]
+    assert ratio(odd_three, base[:3]).ratio == pytest.approx(0.9)
+
+
+def test_paired_ratio_is_the_median_of_per_process_ratios_of_medians():
+    cand = [[0.8, 0.9, 5.0], [1.8, 1.6, 1.7]]  # medians 0.9 and 1.7
+    base = [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]  # ratios 0.9 and 0.85
+    est = paired_ratio(cand, base)
+    assert est.ratio == pytest.approx(math.sqrt(0.9 * 0.85))  # median of two logs: their mean
+    assert (est.n_processes, est.n_pairs) == (2, 6)
+
+
+def test_unpaired_ratio_is_the_ratio_of_the_medians_of_process_medians():
+    cand = [[0.9, 0.9], [0.7, 0.7], [0.8, 0.8]]
+    base = [[1.0], [2.0]]
+    est = unpaired_ratio(cand, base)
+    assert est.ratio == pytest.approx(0.8 / math.sqrt(2.0))  # base: median of logs of 1 and 2
+    assert (est.n_processes, est.n_pairs) == (5, 2)
 
 
 # --- unpaired_ratio --------------------------------------------------------
@@ -190,8 +219,6 @@ def test_unpaired_ratio_of_interleaved_processes():
     assert (est.n_processes, est.n_pairs) == (14, 7)
     # the per-process noise makes it much less certain than the paired figure
     assert est.relative_halfwidth > paired_ratio(cand, base).relative_halfwidth
-    with pytest.raises(ValueError):
-        unpaired_ratio([], base)
 
 
 def test_ratio_estimate_properties():
@@ -203,26 +230,13 @@ def test_ratio_estimate_properties():
     assert RatioEstimate(1.0, 0.95, 1.05, 0.95, 1, 20).includes_one
 
 
-# --- settled and spread ----------------------------------------------------
-
-
-def test_settled():
-    assert settled([0.5, 0.2, 1.0, 1.01, 0.99, 1.02, 1.0])
-    assert not settled([1.0, 1.0, 1.0, 1.0, 1.2])
-    assert not settled([1.0, 1.0, 1.0, 1.0, 0.9])
-    assert not settled([1.0, 1.0, 1.0])  # fewer than the window
-    assert settled([1.0, 1.0, 1.0], window=3)
-    assert settled([1.0, 1.09, 1.0], window=3, tolerance=0.1)
-    assert not settled([1.0, 1.09, 1.0], window=3, tolerance=0.05)
-    assert not settled([])
-    with pytest.raises(ValueError):
-        settled([1.0], window=0)
+# --- spread ----------------------------------------------------
 
 
 def test_spread():
     assert spread([0.015, 0.030, 0.020]) == pytest.approx(2.0)
     assert spread([0.02]) == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^spread needs at least one median$"):
         spread([])
 
 
@@ -249,31 +263,117 @@ def test_ratios_never_raise_and_contain_their_estimate(cand, base):
         assert est.low <= est.ratio <= est.high
         lo, hi = est.speedup_interval
         assert lo <= est.speedup <= hi
-        _ = est.includes_one, est.relative_halfwidth
+        assert est.includes_one == (est.low <= 1.0 <= est.high)
+        if math.isfinite(est.high) and est.ratio > 0:
+            half = (est.high - est.low) / (2 * est.ratio)
+            assert est.relative_halfwidth == pytest.approx(half) and half >= 0
 
 
 # --- the trial child's warm-up ---------------------------------------------
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [{}, None], ids=["paired", "direct"])
-def test_child_warms_up_until_settled_and_records_it(options):
+@pytest.mark.parametrize(("options", "tolerance", "rounds", "settled"), [
+    ({}, 10.0, 5, True),  # any five times are within 1000%: settled once the window is full
+    (None, -1.0, 10, False),  # no times are ever within a negative tolerance: up to the cap
+], ids=["paired-settles-at-the-window", "direct-runs-to-the-cap"])
+def test_child_warms_up_until_settled_and_records_it(options, tolerance, rounds, settled):
     env = dict(os.environ)
     env.pop("AUTOTUNE_RESULT", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env["AUTOTUNE_MEASURE"] = json.dumps(
-        {"steps": 5, "warmup": 2, "max_warmup": 10, "compiler_options": options})
+        {"steps": 5, "warmup": 2, "max_warmup": 10, "settle_window": 5,
+         "settle_tolerance": tolerance, "compiler_options": options})
     done = subprocess.run(
         [sys.executable, "-m", "autotune.bench", str(ROOT / "tests/workloads/toy.py"),
          "--preset", "tiny"],
         env=env, capture_output=True, text=True, timeout=300, check=True)
     body = json.loads(done.stdout)
     assert body["status"] == "ok", body["message"]
-    assert 2 <= body["warmup_steps"] <= 10
-    assert len(body["warmup_times_s"]) == body["warmup_steps"]
-    assert isinstance(body["warmup_settled"], bool)
-    assert body["warmup_settled"] or body["warmup_steps"] == 10
+    assert body["warmup_steps"] == rounds and body["warmup_settled"] is settled
+    assert len(body["warmup_times_s"]) == rounds
     assert body["first_step_time_s"] > 0 and len(body["step_times_s"]) == 5
     if options is not None:
-        assert len(body["baseline_warmup_times_s"]) == body["warmup_steps"]
+        assert len(body["baseline_warmup_times_s"]) == rounds
         assert len(body["baseline_step_times_s"]) == 5
+
+
+# --- contracts that mutation testing found unguarded ----------------------------------------
+
+
+def test_fences_are_far_out_from_the_25th_and_75th_percentiles():
+    # quartiles of 1..9 plus x (numpy's linear interpolation): 3.25 and 7.75, IQR 4.5,
+    # so the fences are 3.25 - 13.5 and 7.75 + 13.5 = 21.25
+    assert outlier_mask([1, 2, 3, 4, 5, 6, 7, 8, 9, 21.2])[-1] is False
+    assert outlier_mask([1, 2, 3, 4, 5, 6, 7, 8, 9, 21.3])[-1] is True
+    assert outlier_mask([-10.2 + 12, 1, 2, 3, 4, 5, 6, 7, 8, 9])[0] is False
+
+
+def test_a_narrow_spread_gets_fences_one_percent_of_the_median_wide():
+    # median 1.002, IQR 0.004 < 1% of the median: the width is 3 * 0.01002 past the
+    # upper quartile 1.004, so the fence is 1.03406
+    steps = [1.0] * 5 + [1.004] * 4
+    assert outlier_mask(steps + [1.034055])[-1] is False
+    assert outlier_mask(steps + [1.034066])[-1] is True
+
+
+def test_each_process_is_resampled_to_its_own_size():
+    """Short processes beside long ones: the short one's median is not biased low."""
+    from autotune.stats import _pad, _resampled_medians
+
+    groups = [np.array([1.0, 3.0]), np.arange(1.0, 11.0)]
+    picks = np.zeros((20000, 1), dtype=np.intp)  # always the two-step process
+    medians = _resampled_medians(np.random.default_rng(0), *_pad(groups), picks)
+    assert set(np.unique(medians)) == {1.0, 2.0, 3.0}  # both steps are drawn, nothing else
+    assert float(np.mean(medians)) == pytest.approx(2.0, abs=0.03)  # 1, 2, 3 at 1/4, 1/2, 1/4
+    three = [np.array([1.0, 3.0]), np.full(5, 10.0), np.full(3, 100.0)]
+    ones = np.ones((50, 2), dtype=np.intp)  # always the middle process
+    assert set(np.unique(_resampled_medians(np.random.default_rng(0), *_pad(three), ones))) \
+        == {10.0}
+
+
+def test_a_two_step_interval_spans_both_steps():
+    s = step_stats([1.0, 2.0])
+    assert (s.ci_low, s.median, s.ci_high) == (1.0, 1.5, 2.0)
+
+
+def test_the_interval_is_the_central_confidence_share_of_the_bootstrap():
+    # 101 evenly spaced steps: the bootstrap sd of their median is about
+    # 1 / (2 * density * sqrt(n)) = 101 / 20 = 5.05
+    times = list(np.arange(1.0, 102.0))
+    half = step_stats(times, confidence=0.5)
+    wide = step_stats(times, confidence=0.95)
+    assert 4.5 < half.ci_high - half.ci_low < 8.0  # about 2 * 0.674 * 5.05 = 6.8
+    assert 15.0 < wide.ci_high - wide.ci_low < 21.0  # about 2 * 1.96 * 5.05 = 19.8
+    assert half.confidence == 0.5 and paired_ratio([[1.0]], [[1.0]]).confidence == 0.95
+
+
+def test_the_cv_is_scale_free_for_any_times_and_counts_two_steps():
+    assert step_stats([1.0, 3.0]).cv == pytest.approx(statistics.stdev([1, 3]) / 2)
+    assert step_stats([1e200, 3e200]).cv == pytest.approx(statistics.stdev([1, 3]) / 2)
+
+
+def test_defaults_are_seed_0_and_2000_resamples():
+    rng = np.random.default_rng(3)
+    cand, base = processes(rng, 0.9, [0.01, 0.02, 0.015])
+    assert paired_ratio(cand, base) == paired_ratio(cand, base, seed=0, n_boot=2000)
+    assert unpaired_ratio(cand, base) == unpaired_ratio(cand, base, seed=0, n_boot=2000)
+    # 101 distinct steps: the interval's ends fall between resampled medians, so they move
+    # with the seed and the number of resamples
+    many = list(np.random.default_rng(8).lognormal(0.0, 0.1, 101))
+    assert step_stats(many) == step_stats(many, seed=0, n_boot=2000)
+    assert step_stats(many) != step_stats(many, seed=1)
+
+
+@pytest.mark.parametrize("varied", ["candidate", "baseline"])
+def test_the_unpaired_interval_reflects_the_spread_of_either_sides_processes(varied):
+    spread_runs = [[m] * 5 for m in (0.8, 0.9, 1.0, 1.1, 1.2)]
+    steady = [[1.0] * 5] * 5
+    cand, base = (spread_runs, steady) if varied == "candidate" else (steady, spread_runs)
+    est = unpaired_ratio(cand, base)
+    assert est.ratio == pytest.approx(1.0)
+    assert est.high - est.low > 0.1  # resampled processes: medians from 0.8 to 1.2
+
+
+def test_a_ratio_too_large_for_a_float_is_infinite_not_an_error():
+    assert paired_ratio([[1e308]], [[0.5]]).ratio == math.inf

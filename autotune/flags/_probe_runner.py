@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune._proc import classify_stderr, run_bounded
+from autotune._proc import run_bounded
 from autotune.errors import UsageError
+from autotune.failures import classify_stderr
 from autotune.flags.compose import format_tokens, parse_flag_string
 from autotune.records import FlagValue, OutcomeKind
 

@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import MeasureSettings, prune_point
+from autotune.stopping import PRUNE_AFTER, prune_point
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
-AFTER = MeasureSettings().prune_after  # pairs before any rule may stop a trial
+AFTER = PRUNE_AFTER  # pairs before any rule may stop a trial
 
 
 def running_ratio(cand: Sequence[float], base: Sequence[float], k: int) -> float:
@@ -44,7 +44,7 @@ def margin_rule(margin: float) -> Callable[[Any], Callable[[list[float], list[fl
     """autotune's rule: the step at which a trial stops, or None."""
     def make(_study: Any) -> Callable[[list[float], list[float], float], int | None]:
         def stop(cand: list[float], base: list[float], best: float) -> int | None:
-            return prune_point(cand, base, MeasureSettings(prune_ratio=margin * best))
+            return prune_point(cand, base, margin * best, AFTER)
         return stop
     return make
 
