@@ -213,10 +213,26 @@ def test_unknown_preset_raises(name: str) -> None:
         module.workload("enormous")
 
 
-@pytest.mark.parametrize("name", ["sharded-matmul", "mlp-dp", "collective-matmul", "norm-act"])
-def test_device_count_that_does_not_fit_raises(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "small_on_eight"),
+    [
+        ("sharded-matmul", (1024, 512, 2048)),  # (M, K, N)
+        ("mlp-dp", dict(features=256, hidden=512, layers=3, classes=16, batch=256)),
+        ("collective-matmul", dict(tokens=512, d_model=256, d_ff=1024, layers=2)),
+        ("norm-act", dict(rows=2048, width=1024)),
+    ],
+)
+def test_device_count_that_does_not_fit_raises(name: str, small_on_eight: object) -> None:
     """Three devices do not divide the small sizes: the error lists the counts that work."""
     module = load(name)
     with pytest.raises(ValueError, match=r"3 devices.*device counts that work.*: 1, 2, 4, 8"):
         module.resolve_config("small", 3)
-    module.resolve_config("small", 8)  # and eight do
+    assert module.resolve_config("small", 8) == small_on_eight  # eight do: the small sizes
+
+
+def test_a_per_device_batch_grows_with_the_devices() -> None:
+    """mlp-dp large gives 2048 examples to each device, whatever their count."""
+    module = load("mlp-dp")
+    assert module.resolve_config("large", 8) == dict(
+        features=4096, hidden=8192, layers=8, classes=1024, batch=16384)
+    assert module.resolve_config("large", 3)["batch"] == 6144

@@ -15,7 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.records import Role
+from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
 runner = CliRunner()
@@ -52,13 +52,86 @@ def test_study_measures_baseline_first_then_samples(finished_study):
     assert runs[0].outcome.measurement.same_program_as_baseline is True
 
 
+def table_rows(output: str) -> list[list[str]]:
+    """The body rows of the tables in `output`, each as its stripped cells.
+
+    A cell that spans several lines (one flag a line) continues in rows whose first
+    cell is empty; those are left out.
+    """
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
+            for line in output.splitlines() if line.startswith("│")]
+    return [row for row in rows if row[0]]
+
+
 @pytest.mark.slow
 def test_best_prints_ranked_table_with_baseline(finished_study):
     result = invoke("best", "cpu-matmul-tiny", cwd=finished_study)
     assert result.exit_code == 0, result.output
-    assert "baseline" in result.output and "(A/A)" in result.output
-    assert "│ 1 " in result.output and "│ 2 " in result.output
+    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    search = [r for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH]
+    fastest_first = sorted(search, key=lambda r: r.ratio)
+    # seed 3 samples two different configurations; nothing was confirmed (--confirm 0)
+    assert len({tuple(sorted(r.flags.items())) for r in search}) == 2
+    rows = table_rows(result.output)
+    # the baseline row on top, then rank 1 = the smallest time ratio (largest speedup)
+    assert [(row[0], row[1]) for row in rows] == [
+        ("baseline", "0"),
+        ("1", str(fastest_first[0].trial_number)),
+        ("2", str(fastest_first[1].trial_number)),
+    ]
+    assert rows[0][3].endswith("(A/A)")
+    assert [row[3] for row in rows[1:]] == [f"×{1 / r.ratio:.3f}" for r in fastest_first]
+    assert [row[4] for row in rows[1:]] == ["not confirmed", "not confirmed"]
+    for row, run in zip(rows[1:], fastest_first, strict=True):
+        name, _, value = row[7].partition("=")
+        assert str(run.flags[name]).lower() == value  # the row shows its own trial's flags
     assert "runs by outcome: ok: 3" in result.output
+
+
+def paired(ratio: float) -> Measurement:
+    """A PAIRED measurement whose candidate steps are `ratio` times the baseline's."""
+    base = (1.0e-3, 1.02e-3, 0.98e-3, 1.01e-3, 0.99e-3)
+    return Measurement(step_times_s=tuple(t * ratio for t in base), baseline_step_times_s=base,
+                       compile_time_s=0.1, mode=MeasureMode.PAIRED,
+                       fingerprint=f"cand{ratio}", baseline_fingerprint="base")
+
+
+def test_best_ranks_what_the_confirmation_upheld_above_a_lucky_search_trial(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
+    store.ensure_study("cpu-matmul-tiny", "cpu", "matmul", "tiny", 1, "paired")
+
+    def record(trial: int, role: Role, flags: dict, ratio: float) -> None:
+        store.record_run("cpu-matmul-tiny", trial, role, flags, {},
+                         TrialOutcome(OutcomeKind.OK, "ok", paired(ratio)))
+
+    lucky = {"xla_cpu_use_fusion_emitters": False}
+    upheld = {"xla_backend_optimization_level": 2}
+    record(0, Role.BASELINE, {}, 1.0)
+    record(1, Role.SEARCH, lucky, 0.80)  # the search's best: x1.250
+    record(2, Role.SEARCH, upheld, 0.85)  # x1.176
+    record(3, Role.SEARCH, {"xla_cpu_prefer_vector_width": 128}, 0.95)  # x1.053, not confirmed
+    for _ in range(2):
+        record(1, Role.CONFIRM, lucky, 1.0)  # re-measured: no gain
+        record(2, Role.CONFIRM, upheld, 0.90)  # re-measured: x1.111, a gain all the same
+
+    result = invoke("best", "cpu-matmul-tiny", cwd=tmp_path)
+
+    assert result.exit_code == 0, result.output
+    rows = table_rows(result.output)
+    # confirmed first, fastest confirmed first; then the unconfirmed in the search's order
+    assert [(row[0], row[1], row[3]) for row in rows] == [
+        ("baseline", "0", "×1.000 (A/A)"),
+        ("1", "2", "×1.176"),
+        ("2", "1", "×1.250"),
+        ("3", "3", "×1.053"),
+    ]
+    assert rows[1][4].startswith("×1.111 [") and "no measurable gain" not in rows[1][4]
+    assert rows[2][4].startswith("×1.000 [") and rows[2][4].endswith("no measurable gain")
+    assert rows[3][4] == "not confirmed"
+    assert [row[7] for row in rows[1:]] == [
+        "xla_backend_optimization_level=2", "xla_cpu_use_fusion_emitters=false",
+        "xla_cpu_prefer_vector_width=128"]
+    assert "runs by outcome: ok: 8" in result.output
 
 
 @pytest.mark.slow
@@ -287,12 +360,25 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     assert result.exit_code == 0, result.output
     assert "confirming the best 1 configurations" in result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
-    assert [r.role for r in runs[:3]] == [Role.BASELINE, Role.SEARCH, Role.SEARCH]
-    confirm = [r for r in runs if r.role is Role.CONFIRM]
-    assert len(confirm) in (0, 2)  # none when every candidate compiled to the baseline's program
+    assert [r.role for r in runs] == [Role.BASELINE, Role.SEARCH, Role.SEARCH,
+                                      Role.CONFIRM, Role.CONFIRM]
+    search = runs[1:3]
+    # seed 3 samples two configurations that both change the compiled program, so the
+    # faster of the two must be re-measured: --confirm-repeats 2 fresh processes
+    assert [r.outcome.measurement.same_program_as_baseline for r in search] == [False, False]
+    best = min(search, key=lambda r: r.ratio)
+    confirm = runs[3:]
+    assert [(r.trial_number, r.flags) for r in confirm] == [(best.trial_number, best.flags)] * 2
+    assert all(r.outcome.ok and r.outcome.measurement.step_times_s for r in confirm)
+    assert f"confirm 1/2: trial #{best.trial_number} " in result.output
+    assert f"confirm 2/2: trial #{best.trial_number} " in result.output
     shown = invoke("trials", "cpu-my_step-tiny", cwd=tmp_path)
     assert shown.exit_code == 0 and "median step (95% CI)" in shown.output
     assert "(baseline)" in shown.output
+    assert [(row[1], row[2]) for row in table_rows(shown.output)] == [
+        ("0", "baseline"), (str(search[0].trial_number), "search"),
+        (str(search[1].trial_number), "search"),
+        (str(best.trial_number), "confirm"), (str(best.trial_number), "confirm")]
 
 
 @pytest.mark.slow

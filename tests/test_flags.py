@@ -28,6 +28,7 @@ from autotune.flags import (
     render_value,
     xla_flags_string,
 )
+from autotune.flags.compose import config_key, effective_config
 from autotune.spaces import load_space
 
 FAST_MATH = "xla_cpu_enable_fast_math"
@@ -181,6 +182,14 @@ def test_parse_flag_string_rejects_malformed_tokens(text, words):
     assert words in str(info.value)
 
 
+def test_a_token_without_dashes_is_told_how_to_write_flags():
+    with pytest.raises(UsageError) as info:
+        parse_flag_string("fast_math=true")
+    assert str(info.value) == (
+        "flag string token 'fast_math=true' does not start with '--': write each flag as "
+        "--name=value (or --name), separated by spaces; values cannot contain spaces")
+
+
 @given(st.text())
 def test_parse_flag_string_raises_only_project_errors(text):
     try:
@@ -252,6 +261,44 @@ def test_unknown_flag_in_a_configuration():
 def test_xla_flags_string_holds_only_the_configuration_tokens():
     config = {FAST_MATH: True, "NCCL_PROTO": "LL", "xla_dump_to": "/d"}
     assert xla_flags_string(config, TEST_CATALOG) == f"--{FAST_MATH}=true --xla_dump_to=/d"
+
+
+# --- effective_config and config_key ---------------------------------------------------
+
+DEFAULTS = Catalog([
+    flag("b_on", default=True),
+    flag("b_off", default=False),
+    flag("level", type="int", default=1),
+    flag("zero", type="int", default=0),
+    flag("frac", type="float", default=0.5),
+    flag("isa", type="string", default="AVX2"),
+    flag("nodefault", type="int"),
+])
+
+
+@pytest.mark.parametrize(("config", "effective"), [
+    pytest.param({"b_on": True, "level": 1, "frac": 0.5, "isa": "AVX2"}, {},
+                 id="defaults-spelled-out-go"),
+    pytest.param({"b_on": False, "level": 2, "isa": "AVX512"},
+                 {"b_on": False, "level": 2, "isa": "AVX512"}, id="changes-stay"),
+    pytest.param({"level": True}, {"level": True}, id="True-is-not-the-int-1"),
+    pytest.param({"b_on": 1}, {"b_on": 1}, id="1-is-not-the-bool-True"),
+    pytest.param({"zero": False, "b_off": 0}, {"zero": False, "b_off": 0},
+                 id="False-and-0-differ"),
+    pytest.param({"zero": 0, "b_off": False}, {}, id="same-type-zeros-are-defaults"),
+    pytest.param({"frac": 0.5000001}, {"frac": 0.5000001}, id="near-is-not-equal"),
+    pytest.param({"nodefault": 3, "not_in_catalog": 1},
+                 {"nodefault": 3, "not_in_catalog": 1}, id="no-stated-default-stays"),
+])
+def test_effective_config_drops_only_values_equal_to_the_default(config, effective):
+    assert effective_config(config, DEFAULTS) == effective
+
+
+def test_config_key_is_sorted_and_rendered_so_equal_configs_share_it():
+    assert config_key({"zero": 2, "b_on": False}) == "--b_on=false --zero=2"
+    assert config_key({"b_on": False, "zero": 2}) == config_key({"zero": 2, "b_on": False})
+    assert config_key({"level": True}) != config_key({"level": 1})
+    assert config_key({}) == ""
 
 
 # --- compiler_options ----------------------------------------------------------------

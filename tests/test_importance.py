@@ -15,7 +15,6 @@ from autotune.cli._common import friendly
 from autotune.cli.importance import importance
 from autotune.importance import FlagEffect, compared_trials, flag_effects, load_trials, noise_level
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
-from autotune.stats import paired_ratio
 from autotune.storage.store import Store
 
 runner = CliRunner()
@@ -242,21 +241,36 @@ def test_only_complete_search_trials_count_and_a_reused_measurement_counts_once(
         ({LEVEL: 0}, "search"), ({LEVEL: 1}, "recommended")]
 
 
+def two_valued(spread: float) -> Measurement:
+    """A PAIRED run whose arms both step at 1 ms × (1 ± `spread`), five times each.
+
+    Its ratio is 1. A resample's median is the low value, the high one or their
+    mean, and each extreme is drawn often (about 38% per arm), so the 95%
+    bootstrap interval runs from (1 - s) / (1 + s) to (1 + s) / (1 - s): the
+    relative half-width is 2s / (1 - s²).
+    """
+    steps = tuple(1e-3 * (1 + spread * x) for x in (-1, 1, -1, 1, -1, 1, -1, 1, -1, 1))
+    return Measurement(step_times_s=steps, baseline_step_times_s=steps[1:] + steps[:1],
+                       compile_time_s=0.1, mode=MeasureMode.PAIRED)
+
+
 def test_noise_level_is_the_median_relative_half_width_of_paired_runs(tmp_path):
-    study = StudyBuilder(tmp_path)  # its baseline run spreads ±3%
-    study.search_run(spread=0.01)
-    study.search_run(spread=0.05)
-    study.store.record_run(study.name, None, Role.CONFIRM, {}, {}, ok(paired(0.5)))
-    study.store.record_run(study.name, None, Role.SEARCH, {}, {},
-                           TrialOutcome(OutcomeKind.OOM, "out of memory", paired(0.5)))
+    store = Store.open(f"sqlite:///{tmp_path}/a.db")
+    store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
+    counted = [(Role.BASELINE, 0.03), (Role.SEARCH, 0.01), (Role.RECOMMENDED, 0.08)]
+    for role, spread in counted:  # half-widths 0.0600540, 0.0200020, 0.1605136
+        store.record_run("s", None, role, {}, {}, ok(two_valued(spread)))
+    # not counted: a confirmation run, a failed run, a DIRECT run (no baseline steps)
+    store.record_run("s", None, Role.CONFIRM, {}, {}, ok(two_valued(0.5)))
+    store.record_run("s", None, Role.SEARCH, {}, {},
+                     TrialOutcome(OutcomeKind.OOM, "out of memory", two_valued(0.5)))
     direct = Measurement(step_times_s=(1e-3,) * 5, compile_time_s=0.1)
-    study.store.record_run(study.name, None, Role.SEARCH, {}, {}, ok(direct), ratio=1.0)
+    store.record_run("s", None, Role.SEARCH, {}, {}, ok(direct), ratio=1.0)
 
-    noise = noise_level(study.store.runs(study.name))
+    noise = noise_level(store.runs("s"))
 
-    est = paired_ratio([paired(0.03).step_times_s], [paired(0.03).baseline_step_times_s],
-                       n_boot=200)
-    assert noise == pytest.approx((est.high - est.low) / 2 / est.ratio)  # the middle of 3
-    assert 0.015 < noise < 0.03
-    assert noise_level(study.store.runs(study.name, roles=[Role.CONFIRM])) is None
+    assert noise == pytest.approx(2 * 0.03 / (1 - 0.03**2))  # the middle of the three
+    assert noise_level(store.runs("s", roles=[Role.SEARCH])) == pytest.approx(
+        2 * 0.01 / (1 - 0.01**2))  # the one OK paired search run
+    assert noise_level(store.runs("s", roles=[Role.CONFIRM])) is None
     assert noise_level([]) is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -165,11 +165,39 @@ flag_strings = st.lists(
 ).map(" ".join)
 
 
+def tokens_of(text: str) -> list[tuple[str, str | None]] | None:
+    """What the flag string means: (name, value) per `--name[=value]` token; None for junk."""
+    pairs: list[tuple[str, str | None]] = []
+    for token in text.split():
+        name, sep, value = token.removeprefix("--").partition("=")
+        if not token.startswith("--") or not name:
+            return None
+        pairs.append((name, value if sep else None))
+    return pairs
+
+
 @settings(max_examples=150, deadline=None)
 @given(flag_strings)
+@example("--xla_cpu_enable_fast_math=true --xla_no_such_flag --xla_cpu_enable_fast_math=false")
+@example("--xla_cpu_enable_fast_math=true xla_no_dashes=1")
 def test_junk_flag_strings_give_only_project_errors(catalog, text):
-    try:
-        uses = parse_uses(text)
-    except AutotuneError:
+    expected = tokens_of(text)
+    if expected is None:
+        with pytest.raises(AutotuneError, match="flag string token"):
+            parse_uses(text)
         return
-    lint(uses, catalog, None)  # no probe: must still never raise
+    uses = parse_uses(text)
+    assert [(u.name, u.value) for u in uses] == expected
+
+    findings = lint(uses, catalog, None)  # no probe: must still never raise
+
+    names = [name for name, _ in expected]
+    assert {f.flag for f in findings} <= set(names) & set(catalog.names())
+    # without a probe nothing can say this XLA lacks a flag: an uncatalogued name is let be
+    assert all(f.kind is not FindingKind.UNKNOWN for f in findings)
+    repeats = [name for i, name in enumerate(names) if name in names[:i]]
+    assert sorted(f.flag for f in findings if f.kind is FindingKind.DUPLICATE) == sorted(repeats)
+    for f in findings:
+        assert f.fix, f
+        if f.kind is not FindingKind.PARTIAL_GROUP:
+            assert f"--{f.flag}" in f.message, f

@@ -1,0 +1,347 @@
+"""Verdicts and ranking, in-process, from hand-made run records.
+
+Every figure here is stated by hand from the inputs, never recomputed with
+the code under test.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from autotune.analysis import (
+    best_rows,
+    changed_flags,
+    confirmed_order,
+    measured_backend,
+    ordered,
+    outcome_counts,
+    over_budget,
+    pareto_front,
+    ranked,
+)
+from autotune.confirm import (
+    Confirmation,
+    baseline_trial,
+    confirm_runs,
+    confirmation,
+    needs_confirmation,
+)
+from autotune.flags.catalog import load_catalog
+from autotune.records import (
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    TrialOutcome,
+)
+from autotune.stats import RatioEstimate
+
+MiB = 1 << 20
+FAST = "xla_cpu_enable_fast_math"
+LEVEL = "xla_backend_optimization_level"
+WIDTH = "xla_cpu_prefer_vector_width"
+WHEN = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def measurement(cand: float = 1.0, base: float | None = 1.0, *, memory: int | None = None,
+                same: bool = False, steps: int = 6) -> Measurement:
+    """Constant step times: the candidate's `cand`, the in-process baseline's `base`."""
+    paired = base is not None
+    return Measurement(step_times_s=(cand,) * steps, compile_time_s=1.0,
+                       mode=MeasureMode.PAIRED if paired else MeasureMode.DIRECT,
+                       baseline_step_times_s=(base,) * steps if paired else (),
+                       peak_memory_bytes=memory, fingerprint="base" if same else f"p{cand}",
+                       baseline_fingerprint="base" if paired else None)
+
+
+class Runs:
+    """Builds a study's runs, numbering ids and trials in order."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunRecord] = []
+
+    def add(self, role: Role, flags: dict, ratio: float | None, *, trial: int | None = None,
+            kind: OutcomeKind = OutcomeKind.OK, m: Measurement | None = None,
+            environment: Environment | None = None) -> RunRecord:
+        number = len(self.runs) if trial is None else trial
+        m = m if m is not None else (measurement(ratio or 1.0) if kind is OutcomeKind.OK
+                                     else None)
+        run = RunRecord(len(self.runs) + 1, "s", number, role, flags, {},
+                        TrialOutcome(kind, "", m), WHEN, environment, ratio)
+        self.runs.append(run)
+        return run
+
+
+def estimate(ratio: float, low: float, high: float) -> RatioEstimate:
+    return RatioEstimate(ratio, low, high, 0.95, 4, 80)
+
+
+# --- the verdict of a confirmation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("est", "same", "verdict", "gain"), [
+    (estimate(0.9, 0.85, 0.95), False, "faster", True),
+    (estimate(1.1, 1.05, 1.15), False, "slower", False),
+    (estimate(0.9, 0.85, 1.02), False, "no measurable gain", False),
+    (estimate(0.97, 0.95, 1.0), False, "no measurable gain", False),  # 1.0 on the edge counts
+    (estimate(1.03, 1.0, 1.05), False, "no measurable gain", False),
+    (None, False, "failed", False),
+    (None, True, "no measurable gain", False),
+    (estimate(0.9, 0.85, 0.95), True, "no measurable gain", True),
+])
+def test_a_confirmation_is_faster_only_when_its_whole_interval_is(est, same, verdict, gain):
+    c = Confirmation(1, {FAST: True}, est, runs=4, failures=0, same_program=same)
+    assert c.verdict() == verdict
+    assert c.measurable_gain is gain
+
+
+# --- confirmation from stored runs ------------------------------------------------------------
+
+
+def test_a_paired_confirmation_pools_the_confirm_runs_of_its_trial_only():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True))
+    source = s.add(Role.SEARCH, {FAST: True}, 0.8)
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.95)
+    for cand in (0.9, 0.9, 0.9):
+        s.add(Role.CONFIRM, {FAST: True}, cand, trial=1, m=measurement(cand))
+    s.add(Role.CONFIRM, {LEVEL: 1}, 0.5, trial=2, m=measurement(0.5))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.CRASHED)
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.NUMERICS_MISMATCH,
+          m=measurement(0.1))  # measured, but wrong: a failure, not evidence
+    c = confirmation(s.runs, source)
+    assert (c.trial_number, c.runs, c.failures, c.same_program) == (1, 5, 2, False)
+    assert c.flags == {FAST: True}
+    assert c.estimate.ratio == pytest.approx(0.9)
+    assert [r.id for r in confirm_runs(s.runs, 1)] == [4, 5, 6, 8, 9]
+
+
+def test_a_direct_confirmation_compares_with_the_baselines_confirm_runs():
+    s = Runs()
+    s.add(Role.BASELINE, {}, None, m=measurement(0.02, None))
+    source = s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.018, None))
+    for _ in range(3):
+        s.add(Role.CONFIRM, {}, None, trial=0, m=measurement(0.020, None))
+        s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.015, None))
+    for _ in range(4):  # failed baseline runs, measured all the same, are no evidence
+        s.add(Role.CONFIRM, {}, None, trial=0, kind=OutcomeKind.NUMERICS_MISMATCH,
+              m=measurement(0.001, None))
+    c = confirmation(s.runs, source)
+    assert c.estimate.ratio == pytest.approx(0.75) and c.runs == 3
+    assert baseline_trial(s.runs) == 0
+
+
+def test_a_direct_confirmation_without_baseline_runs_has_no_estimate():
+    s = Runs()
+    source = s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.018, None))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=0, m=measurement(0.015, None))
+    c = confirmation(s.runs, source)
+    assert c.estimate is None and c.verdict() == "failed"
+    assert baseline_trial(s.runs) is None
+
+
+def test_a_confirmation_whose_runs_all_failed_has_no_estimate():
+    s = Runs()
+    s.add(Role.BASELINE, {}, None, m=measurement(0.02, None))
+    source = s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.018, None))
+    s.add(Role.CONFIRM, {}, None, trial=0, m=measurement(0.020, None))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.OOM)
+    c = confirmation(s.runs, source)
+    assert (c.estimate, c.runs, c.failures) == (None, 1, 1)
+    assert c.verdict() == "failed"
+
+
+def test_no_confirm_runs_is_no_confirmation_and_the_baselines_program_needs_none():
+    s = Runs()
+    source = s.add(Role.SEARCH, {FAST: True}, 0.9)
+    assert confirmation(s.runs, source) is None and needs_confirmation(source)
+    same = s.add(Role.SEARCH, {WIDTH: 256}, 0.95, m=measurement(0.95, same=True))
+    assert not needs_confirmation(same)
+    c = confirmation(s.runs, same)
+    assert c.same_program and c.estimate is None
+    assert (c.trial_number, c.flags, c.runs, c.failures) == (1, {WIDTH: 256}, 0, 0)
+    direct_same = s.add(Role.SEARCH, {LEVEL: 2}, 0.9,
+                        m=Measurement((1.0,), 1.0, fingerprint="x", baseline_fingerprint="x"))
+    assert needs_confirmation(direct_same)  # only PAIRED mode compares programs in one process
+
+
+# --- ranking ----------------------------------------------------------------------------------
+
+
+def study_with_confirmations() -> Runs:
+    """Search order: LUCKY (0.80), REAL (0.85), NOOP (0.90), SLOW (1.20); then confirmation."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.01, m=measurement(1.01, same=True))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.80)  # 1: lucky
+    s.add(Role.SEARCH, {FAST: True}, 0.85)  # 2: real
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.90)  # 3: never confirmed
+    s.add(Role.SEARCH, {LEVEL: 1}, 1.20)  # 4: slow
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.95)  # 5: the lucky one measured again, worse
+    s.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, None, kind=OutcomeKind.PRUNED)
+    s.add(Role.SEARCH, {LEVEL: 0}, None, kind=OutcomeKind.TIMEOUT)
+    for _ in range(3):
+        s.add(Role.CONFIRM, {WIDTH: 128}, None, trial=1, m=measurement(1.0))
+        s.add(Role.CONFIRM, {FAST: True}, None, trial=2, m=measurement(0.88))
+        s.add(Role.CONFIRM, {LEVEL: 1}, None, trial=4, m=measurement(0.95))
+    return s
+
+
+def test_ranked_keeps_the_best_run_of_each_configuration_fastest_first():
+    runs = study_with_confirmations().runs
+    assert [r.trial_number for r in ranked(runs)] == [1, 2, 3, 4]  # 5 repeats 1; failures out
+
+
+def test_ties_rank_by_the_earlier_run():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.9)
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.9)
+    assert [r.id for r in ranked(s.runs)] == [1, 2]
+
+
+def test_confirmed_configurations_rank_first_by_their_confirmed_ratio():
+    order = confirmed_order(study_with_confirmations().runs)
+    # confirmed: REAL 0.88, SLOW 0.95, LUCKY 1.0; then the unconfirmed in the search's order
+    assert [run.trial_number for run, _ in order] == [2, 4, 1, 3]
+    assert [c is not None for _, c in order] == [True, True, True, False]
+
+
+def test_best_rows_lead_with_the_baseline_then_rank_from_one():
+    rows = best_rows(study_with_confirmations().runs, load_catalog(), limit=2)
+    assert [(row.rank, row.run.trial_number) for row in rows] == [(None, 0), (1, 2), (2, 4)]
+    assert rows[0].changed == {} and rows[0].confirmation is None
+    assert rows[1].changed == {FAST: True} and rows[1].confirmed
+    assert rows[1].claimed_speedup == pytest.approx(1 / 0.88)
+    assert rows[1].speedup == pytest.approx(1 / 0.85)
+    assert rows[1].median_s == 0.85 and rows[1].peak_memory_bytes is None
+    assert rows[1].same_program is False and rows[0].same_program is True
+
+
+def test_an_unconfirmed_row_claims_the_search_figure_and_a_no_op_claims_one():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.8)
+    s.add(Role.SEARCH, {WIDTH: 256}, 0.9, m=measurement(0.9, same=True))
+    rows = best_rows(s.runs, load_catalog())
+    assert [r.rank for r in rows] == [1, 2]  # no baseline measured: no baseline row
+    assert not rows[0].confirmed and rows[0].claimed_speedup == pytest.approx(1.25)
+    assert rows[1].confirmed and rows[1].claimed_speedup == 1.0
+
+
+def test_a_row_without_a_measurement_has_no_figures():
+    run = RunRecord(1, "s", 1, Role.SEARCH, {FAST: True}, {},
+                    TrialOutcome(OutcomeKind.OK, ""), WHEN, None, 0.8)
+    row = best_rows([run], load_catalog())[0]
+    assert (row.median_s, row.peak_memory_bytes, row.same_program) == (None, None, None)
+
+
+def test_best_rows_show_ten_configurations_unless_told_otherwise():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True))
+    for width in range(12):
+        s.add(Role.SEARCH, {WIDTH: 2 ** width}, 0.5 + width / 100)
+    rows = best_rows(s.runs, load_catalog())
+    assert [r.rank for r in rows] == [None, *range(1, 11)]
+
+
+def test_changed_flags_leave_out_values_equal_to_xlas_default():
+    assert changed_flags({FAST: False, LEVEL: 3, WIDTH: 128}, load_catalog()) == {WIDTH: 128}
+
+
+# --- memory: budgets, the memory objective and the Pareto front ------------------------------
+
+
+def memory_study() -> Runs:
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=300 * MiB))  # 1
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.9, m=measurement(0.9, memory=80 * MiB))  # 2
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.95, m=measurement(0.95, memory=200 * MiB))  # 3: dominated
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=measurement(0.9, memory=90 * MiB))  # 4: dominated
+    s.add(Role.SEARCH, {LEVEL: 0}, 1.5, m=measurement(1.5, memory=80 * MiB))  # 5: dominated
+    return s
+
+
+def test_a_budget_leaves_out_what_exceeds_it_and_counts_it():
+    runs = memory_study().runs
+    assert [r.trial_number for r in ranked(runs, 250 * MiB)] == [2, 4, 3, 5]
+    assert over_budget(runs, 250 * MiB) == 1
+    assert over_budget(runs, 80 * MiB) == 3
+    assert over_budget(runs, None) == 0
+    assert [r.trial_number for r in ranked(runs, 200 * MiB)] == [2, 4, 3, 5]  # at it is within
+
+
+def test_the_memory_objective_ranks_by_peak_memory_then_time():
+    order = ordered(memory_study().runs, objectives=("memory",))
+    assert [run.trial_number for run, _ in order] == [2, 5, 4, 3, 1]
+    within = ordered(memory_study().runs, objectives=("memory",), memory_budget=150 * MiB)
+    assert [run.trial_number for run, _ in within] == [2, 5, 4]
+
+
+@pytest.mark.parametrize("objectives", [("time",), ("time", "memory")])
+def test_a_budget_holds_for_every_ranking_and_the_best_rows(objectives):
+    runs = memory_study().runs
+    order = ordered(runs, objectives=objectives, memory_budget=250 * MiB)
+    assert [run.trial_number for run, _ in order] == [2, 4, 3, 5]
+    assert [run.trial_number for run, _ in confirmed_order(runs, 250 * MiB)] == [2, 4, 3, 5]
+    rows = best_rows(runs, load_catalog(), memory_budget=250 * MiB, objectives=objectives)
+    assert [row.run.trial_number for row in rows] == [0, 2, 4, 3, 5]
+
+
+def test_time_and_memory_rank_by_time():
+    order = ordered(memory_study().runs, objectives=("time", "memory"))
+    assert [run.trial_number for run, _ in order] == [1, 2, 4, 3, 5]
+
+
+def test_the_pareto_front_holds_what_nothing_beats_on_both():
+    front = pareto_front(memory_study().runs)
+    # 1 fastest; 2 smallest and faster than 5; the baseline (1.0, 100 MiB) is beaten by 2
+    assert [r.trial_number for r in front] == [1, 2]
+    within = pareto_front(memory_study().runs, memory_budget=250 * MiB)
+    assert [r.trial_number for r in within] == [2]
+
+
+def test_an_over_budget_baseline_stays_off_the_front():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {LEVEL: 2}, 1.2, m=measurement(1.2, memory=50 * MiB))
+    assert [r.trial_number for r in pareto_front(s.runs)] == [0, 1]
+    assert [r.trial_number for r in pareto_front(s.runs, memory_budget=80 * MiB)] == [1]
+
+
+def test_a_failed_baseline_is_not_replaced_on_the_front_by_a_search_run():
+    s = Runs()
+    s.add(Role.BASELINE, {}, None, kind=OutcomeKind.CRASHED)
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=300 * MiB))
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.9, m=measurement(0.9, memory=80 * MiB))
+    assert [r.trial_number for r in pareto_front(s.runs)] == [1, 2]  # each once
+
+
+def test_only_the_first_measured_baseline_joins_the_front():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=50 * MiB, same=True))
+    s.add(Role.BASELINE, {}, 0.99, m=measurement(0.99, memory=50 * MiB, same=True))
+    assert [r.id for r in pareto_front(s.runs)] == [1]
+
+
+def test_the_baseline_joins_the_front_when_nothing_beats_it():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=50 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=300 * MiB))
+    s.add(Role.SEARCH, {LEVEL: 2}, 1.0, m=measurement(1.0, memory=60 * MiB))  # ties on time
+    assert [r.trial_number for r in pareto_front(s.runs)] == [1, 0]
+
+
+# --- counts and facts -------------------------------------------------------------------------
+
+
+def test_outcome_counts_and_the_measured_backend():
+    s = study_with_confirmations()
+    counts = outcome_counts(s.runs)
+    assert counts == {"ok": 15, "pruned": 1, "timeout": 1}
+    assert measured_backend(s.runs) is None
+    env = Environment("h", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 8)
+    s.add(Role.SEARCH, {LEVEL: 3}, 1.0, environment=env)
+    assert measured_backend(s.runs) == "cpu"
