@@ -1,4 +1,4 @@
-"""Write the winning configuration as the export YAML of DESIGN.md.
+"""Write the winning configuration as the export YAML (`schema_version: 1`).
 
 The file says what to set (flags, environment variables, the ready XLA_FLAGS
 string), what was measured and on what, so a user can apply it to their own

@@ -16,7 +16,7 @@ FlagValue = bool | int | float | str
 
 
 class OutcomeKind(StrEnum):
-    """How a trial ended. Everything but OK is a failure taxonomy entry (DESIGN.md)."""
+    """How a trial ended. Everything but OK is a failure taxonomy entry (docs/ARCHITECTURE.md)."""
 
     OK = "ok"
     UNKNOWN_FLAG = "unknown_flag"

@@ -84,3 +84,27 @@ def test_heavy_modules_stay_off_the_import_path(module, forbidden):
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_mutation_testing_configuration_names_files_that_exist():
+    """A module moved without updating `[tool.mutmut]` would silently drop out of the run."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert config["source_paths"] == ["autotune"]
+    for path in config["only_mutate"]:
+        assert (ROOT / path).is_file(), f"[tool.mutmut] only_mutate names {path}, which is gone"
+    selected = [a for a in config["pytest_add_cli_args_test_selection"] if a.startswith("tests/")]
+    assert selected, "no test files selected for mutation testing"
+    for path in selected:
+        text = (ROOT / path).read_text()
+        assert "SubprocessLauncher" not in text and "CliRunner" not in text, (
+            f"{path} drives trial children, whose code mutmut cannot see: keep it out")
+    for folder in config["also_copy"]:
+        assert (ROOT / folder).is_dir()
+    modules = {p.removesuffix(".py").replace("/", ".") for p in config["only_mutate"]}
+    for line in (ROOT / "mutmut-equivalent.txt").read_text().splitlines():
+        name = line.split("#")[0].strip()
+        if name:
+            assert "  # " in line, f"equivalent mutant {name} needs a reason after '  # '"
+            assert any(name.startswith(m + ".x") for m in modules), f"{name}: not a mutated module"
