@@ -7,7 +7,6 @@ bad configuration: it returns a `TrialOutcome` whose kind says what happened.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from typing import Any
 from autotune._proc import Finished, run_bounded
 from autotune.failures import classify_exit
 from autotune.measurement import ResultFileError, read_result
+from autotune.protocol import JOB_ENV, RESULT_ENV, Job
 from autotune.records import FlagValue, OutcomeKind, TrialOutcome
 
 
@@ -43,7 +43,7 @@ class TrialRequest:
         memory_limit_bytes: address-space limit of the child (None: none).
         flags: the configuration under test (what `env`/`compiler_options` carry),
             for launchers that look results up rather than measure them.
-        command: run this program instead of `python -m autotune.bench WORKLOAD`;
+        command: run this program instead of `python -m autotune.child WORKLOAD`;
             it must measure through `autotune.bench.report` (never run by a shell).
         workdir: the child's working directory (default: a scratch folder of its own).
     """
@@ -78,7 +78,7 @@ class Launcher(ABC):
 
 
 class SubprocessLauncher(Launcher):
-    """Launches `python -m autotune.bench WORKLOAD` in a fresh process per trial.
+    """Launches `python -m autotune.child WORKLOAD` in a fresh process per trial.
 
     Args:
         python: the interpreter for the child (default: this one).
@@ -111,22 +111,18 @@ class SubprocessLauncher(Launcher):
     def _argv(self, request: TrialRequest) -> list[str]:
         if request.command is not None:
             return list(request.command)
-        return [self.python, "-m", "autotune.bench", str(request.workload),
+        return [self.python, "-m", "autotune.child", str(request.workload),
                 "--preset", request.preset]
 
     def _child_env(self, request: TrialRequest, scratch: Path) -> dict[str, str]:
         env = dict(os.environ)
         env.update(request.env)
-        env["AUTOTUNE_RESULT"] = str(scratch / "result.json")
-        env["AUTOTUNE_MEASURE"] = json.dumps({
-            "steps": request.steps,
-            "warmup": request.warmup,
-            "max_warmup": request.max_warmup,
-            "prune_ratio": request.prune_ratio,
-            "compiler_options": None if request.compiler_options is None
-            else dict(request.compiler_options),
-            "dump_dir": str(scratch / "dump"),
-        })
+        env[RESULT_ENV] = str(scratch / "result.json")
+        env[JOB_ENV] = Job(
+            steps=request.steps, warmup=request.warmup, max_warmup=request.max_warmup,
+            prune_ratio=request.prune_ratio, compiler_options=request.compiler_options,
+            artifact_dir=str(scratch),
+        ).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 

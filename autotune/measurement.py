@@ -1,23 +1,21 @@
-"""Parse the trial child's result file (statistics of step times: `autotune.stats`).
+"""Read the trial child's result file into records (statistics of step times: `autotune.stats`).
 
-The result file is the contract between `autotune.bench` (child) and the
-parent: a JSON object with `schema_version`, `status` (an OutcomeKind value)
-and the measured fields. Nothing here imports jax.
+The document's contract (fields, types, schema version) is `autotune.protocol`;
+this module turns a checked document into a `Measurement`. Nothing here
+imports jax.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from autotune.protocol import ProtocolError, parse_result
 from autotune.records import Measurement, MeasureMode, OutcomeKind
-
-RESULT_SCHEMA_VERSION = 1
 
 
 class ResultFileError(ValueError):
-    """The result file is missing fields or is not valid JSON (a fault of the child)."""
+    """The result file is missing, breaks the protocol or names an unknown status."""
 
 
 def _floats(body: dict[str, Any], key: str) -> tuple[float, ...]:
@@ -59,15 +57,20 @@ def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
     """Read a child's result file: (kind, message, measurement if any was taken).
 
     Raises:
-        ResultFileError: the file is not JSON, has another schema version or an
-            unknown status.
+        ResultFileError: the file is missing or cut short, breaks the protocol
+            (`autotune.protocol.parse_result`; the message names the field) or
+            names an unknown status.
     """
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-        kind = OutcomeKind(body["status"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
         raise ResultFileError(f"unreadable result file {path}: {exc}") from exc
-    if body.get("schema_version") != RESULT_SCHEMA_VERSION:
-        raise ResultFileError(f"result file {path} has schema_version {body.get('schema_version')}")
+    try:
+        body = parse_result(text)
+        kind = OutcomeKind(body["status"])
+    except ProtocolError as exc:
+        raise ResultFileError(f"the child's result breaks the protocol: {exc}") from exc
+    except ValueError as exc:
+        raise ResultFileError(f"result field 'status': {exc}") from exc
     has_data = bool(body.get("step_times_s"))
-    return kind, str(body.get("message") or ""), measurement_from_body(body) if has_data else None
+    return kind, body["message"], measurement_from_body(body) if has_data else None

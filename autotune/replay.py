@@ -78,7 +78,7 @@ class ReplayTable:
         runs: key -> the recorded runs of that configuration, one per repeat
             (result bodies as the trial child writes them: status, step times...).
         programs: key -> the program fingerprint XLA compiled the configuration
-            to (`autotune._program.program_fingerprint`), where the table has it.
+            to (`autotune.child.program.program_fingerprint`), where the table has it.
     """
 
     path: Path
@@ -205,7 +205,8 @@ def _run_ratio(run: Mapping[str, Any]) -> float | None:
 
 def _outcome(run: Mapping[str, Any], prune_ratio: float | None) -> TrialOutcome:
     """A recorded run as the outcome of a PAIRED trial (pruned by the child's rule if due)."""
-    from autotune.stopping import PRUNE_AFTER, prune_point, prune_verdict
+    from autotune.protocol import PRUNE_AFTER
+    from autotune.stopping import prune_point, prune_verdict
 
     body = {"mode": "paired", "backend": "cpu", **run}
     kind = OutcomeKind(body.get("status", "ok"))

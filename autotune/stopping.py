@@ -11,9 +11,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-#: Paired steps timed before a candidate may be pruned.
-PRUNE_AFTER = 6
-
 
 def settled(times: Sequence[float], window: int = 5, tolerance: float = 0.05) -> bool:
     """The last `window` times lie within `tolerance` of their median.

@@ -172,7 +172,8 @@ def test_two_devices_still_build_and_communicate() -> None:
 def test_measurement_child_reports_ok_with_the_collective(name: str) -> None:
     """``python -m autotune.bench FILE --preset tiny`` measures it and counts the collective."""
     env = child_env()
-    env["AUTOTUNE_MEASURE"] = json.dumps({"steps": 3, "warmup": 1, "compiler_options": {}})
+    env["AUTOTUNE_JOB"] = json.dumps(
+        {"schema_version": 1, "steps": 3, "warmup": 1, "compiler_options": {}})
     path = str(BENCHMARKS / f"{name}.py")
     proc = subprocess.run(
         [sys.executable, "-m", "autotune.bench", path, "--preset", "tiny"],

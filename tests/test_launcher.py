@@ -216,3 +216,16 @@ def test_a_ctrl_c_held_back_and_raised_is_not_remembered_for_a_later_loop():
         with deferred_interrupt():
             signal.raise_signal(signal.SIGINT)
     raise_if_interrupted()  # raises if the handled Ctrl-C was remembered
+
+
+def test_a_child_that_writes_a_bad_result_is_a_failed_trial_naming_the_field(tmp_path):
+    writer = ("import json, os\n"
+              "body = {'schema_version': 1, 'status': 'ok', 'message': '', 'mode': 'direct',\n"
+              "        'step_times_s': [0.01, float('nan')], 'compile_time_s': 1.0}\n"
+              "open(os.environ['AUTOTUNE_RESULT'], 'w').write(json.dumps(body))\n")
+    request = TrialRequest(Path("x"), "tiny", command=(sys.executable, "-c", writer))
+    outcome = SubprocessLauncher().launch(request)
+    assert outcome.kind is OutcomeKind.CRASHED and outcome.measurement is None
+    assert outcome.message == (
+        "the child's result breaks the protocol: result field 'step_times_s[1]': expected a "
+        "positive finite number of seconds, got nan")

@@ -73,6 +73,8 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
         ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.importance", {"jax", "optuna"}),
         ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
+        ("autotune.child.run", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
+        ("autotune.protocol", {"jax", "numpy", "optuna", "sqlalchemy", "typer", "yaml"}),
         ("autotune.launcher", {"jax", "optuna", "sqlalchemy"}),
         ("autotune", {"jax", "optuna", "sqlalchemy", "typer", "yaml"}),
     ],

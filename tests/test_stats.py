@@ -281,8 +281,8 @@ def test_child_warms_up_until_settled_and_records_it(options, tolerance, rounds,
     env = dict(os.environ)
     env.pop("AUTOTUNE_RESULT", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env["AUTOTUNE_MEASURE"] = json.dumps(
-        {"steps": 5, "warmup": 2, "max_warmup": 10, "settle_window": 5,
+    env["AUTOTUNE_JOB"] = json.dumps(
+        {"schema_version": 1, "steps": 5, "warmup": 2, "max_warmup": 10, "settle_window": 5,
          "settle_tolerance": tolerance, "compiler_options": options})
     done = subprocess.run(
         [sys.executable, "-m", "autotune.bench", str(ROOT / "tests/workloads/toy.py"),

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from autotune.protocol import PRUNE_AFTER
 from autotune.stopping import (
-    PRUNE_AFTER,
     prune_limit,
     prune_point,
     prune_verdict,

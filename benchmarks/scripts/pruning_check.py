@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.stopping import PRUNE_AFTER, prune_point
+from autotune.protocol import PRUNE_AFTER
+from autotune.stopping import prune_point
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")

@@ -14,7 +14,7 @@ the baseline once and then, for each configuration in a shuffled order,
 compiles it with `compiler_options` and alternates its steps with the
 baseline's (the same paired timing as a study's trial, `autotune.bench`), then
 compares outputs (numerics guard), reads the memory analysis and fingerprints
-the compiled program (`autotune._program.program_fingerprint`: configurations
+the compiled program (`autotune.child.program.program_fingerprint`: configurations
 with one fingerprint run the same code, and the replay pools their repeats
 into one truth; see `autotune.replay.ReplayTable.true_ratio`). Repeats are
 separate processes, so the spread across them is the per-process noise a
@@ -75,30 +75,32 @@ def _lowered(benchmark: str, preset: str) -> tuple[Any, Any]:
     """The benchmark's workload and its lowered step (in the child: imports jax)."""
     import jax
 
-    from autotune import bench
+    from autotune.child.workload import build_workload
     from autotune.workloads import resolve_benchmark
 
-    work = bench.build_workload(str(resolve_benchmark(benchmark).path), preset)
+    work = build_workload(str(resolve_benchmark(benchmark).path), preset)
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
     return work, step.lower(*work.args)
 
 
 def _compile_fingerprinted(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, str | None]:
     """Compile with a throw-away dump folder: (executable, seconds, program fingerprint)."""
-    from autotune import bench
-    from autotune._program import program_fingerprint
+    from autotune.child.program import program_fingerprint
+    from autotune.child.timing import compile_lowered
 
     with tempfile.TemporaryDirectory(prefix="autotune-table-") as dump:
-        compiled, seconds = bench._compile(lowered, options, dump)
+        compiled, seconds = compile_lowered(lowered, options, dump)
         return compiled, seconds, program_fingerprint(dump)
 
 
 def child(args: argparse.Namespace) -> None:
     """Measure every configuration of the file against one baseline executable."""
-    from autotune import bench
-    from autotune._program import memory_figures
+    from autotune.child.failure import Failure
+    from autotune.child.program import memory_figures
+    from autotune.child.timing import compile_lowered, numerics_facts, time_paired
     from autotune.flags.catalog import load_catalog
     from autotune.flags.compose import compiler_options, config_key
+    from autotune.protocol import Job
 
     configs = json.loads(Path(args.child).read_text())
     out = Path(args.out)
@@ -106,8 +108,8 @@ def child(args: argparse.Namespace) -> None:
         if out.exists() else set()
     random.Random(args.seed).shuffle(configs)
     work, lowered = _lowered(args.benchmark, args.preset)
-    base, _ = bench._compile(lowered, {}, None)
-    settings = bench.MeasureSettings(steps=args.steps, warmup=2, max_warmup=10)
+    base, _ = compile_lowered(lowered, {}, None)
+    job = Job(steps=args.steps, warmup=2, max_warmup=10, compiler_options={})
     catalog = load_catalog()
     for i, config in enumerate(configs):
         key = config_key(config)
@@ -117,15 +119,15 @@ def child(args: argparse.Namespace) -> None:
         try:
             cand, row["compile_time_s"], row["program"] = _compile_fingerprinted(
                 lowered, compiler_options(config, catalog))
-            timed = bench._time_paired(base, cand, work.args, settings)
+            timed = time_paired(base, cand, work.args, job)
             row["step_times_s"] = [round(t, 7) for t in timed["step_times_s"]]
             row["baseline_step_times_s"] = [round(t, 7) for t in timed["baseline_step_times_s"]]
-            numerics = bench._numerics(cand, base, work.args)
+            numerics = numerics_facts(cand, base, work.args)
             row.update({k: numerics[k] for k in ("status", "message") if k in numerics})
             memory = memory_figures(cand, direct=False)
             row["peak_memory_bytes"] = memory.get("peak_memory_bytes")
             row["memory_source"] = memory.get("memory_source", "unknown")
-        except bench._Failure as failure:
+        except Failure as failure:
             row.update(status=failure.kind, message=str(failure)[-300:])
         with out.open("a") as fh:
             fh.write(json.dumps(row) + "\n")

@@ -1,0 +1,13 @@
+"""The trial child: what runs in the fresh process that measures one configuration.
+
+Run as `python -m autotune.child FILE [--preset P]`, or through
+`autotune.bench.report()` from a user's own program. It reads the job
+(`autotune.protocol.Job`) from the environment, compiles, then times, and
+writes one result document. Standard library only at import time; jax is
+imported inside the functions that run here, never by the parent.
+
+Modules: `workload` (load a workload file), `failure` (a classified failure
+of the configuration), `timing` (compile, warm up, time, numerics facts),
+`program` (facts about the compiled program), `run` (the phases and the
+result file). Benchmark scripts may use their public names.
+"""

@@ -1,0 +1,40 @@
+"""Load a workload file and check its contract (`workload(preset) -> Workload`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from autotune.bench import Workload
+from autotune.child.failure import Failure
+
+
+def load_workload_module(path: str) -> ModuleType:
+    """Import a workload file by path and return the module."""
+    file = Path(path).resolve()
+    spec = importlib.util.spec_from_file_location(f"autotune_workload_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise Failure("compile_error", f"cannot import workload file {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_workload(path: str, preset: str) -> Workload:
+    """Call the file's `workload(preset)` and check that it returns a Workload.
+
+    Raises:
+        Failure: `compile_error` when the file defines no `workload` function or
+            it returns something else.
+    """
+    module = load_workload_module(path)
+    factory = getattr(module, "workload", None)
+    if not callable(factory):
+        raise Failure("compile_error", f"{path} defines no function `workload(preset)`")
+    result = factory(preset)
+    if not isinstance(result, Workload):
+        raise Failure("compile_error", f"{path}: workload() must return autotune.bench.Workload")
+    return result

@@ -1,0 +1,245 @@
+"""The trial protocol: the job the parent hands a trial child, and the result it gets back.
+
+Both sides import this module and nothing else defines the contract: one
+schema version, typed fields, validation that names the field at fault.
+Standard library only (the child imports it before jax).
+
+- The parent writes a `Job` as JSON into the child's environment
+  (`JOB_ENV`); the configuration itself reaches the child through
+  `XLA_FLAGS` and friends, or, in PAIRED mode, as the job's typed
+  `compiler_options`.
+- The child writes one JSON object to the file named by `RESULT_ENV`
+  (`SCHEMA_VERSION`, `status`, `message` and what it measured);
+  `parse_result` checks it field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+#: The version of both the job and the result documents.
+SCHEMA_VERSION = 1
+#: The environment variable holding the job as JSON.
+JOB_ENV = "AUTOTUNE_JOB"
+#: The environment variable naming the file the child writes its result to.
+RESULT_ENV = "AUTOTUNE_RESULT"
+#: Paired steps timed before a candidate may be pruned.
+PRUNE_AFTER = 6
+
+OptionValue = bool | int | float | str
+
+
+class ProtocolError(ValueError):
+    """A job or result document that breaks the contract; the message names the field."""
+
+
+class Phase(StrEnum):
+    """What a child does, in this order: compile always, then optionally profile and measure."""
+
+    COMPILE = "compile"
+    PROFILE = "profile"
+    MEASURE = "measure"
+
+
+@dataclass(frozen=True)
+class Job:
+    """How the child measures one configuration.
+
+    Attributes:
+        steps: timed steps (per executable).
+        warmup, max_warmup: warm-up rounds at least and at most; warming stops
+            early once the last `settle_window` times of every executable lie
+            within `settle_tolerance` of their median (`autotune.stopping`).
+        prune_ratio: PAIRED mode: stop once median(candidate)/median(baseline)
+            exceeds it, after `prune_after` pairs; None never prunes.
+        compiler_options: None for DIRECT mode (the configuration is in the
+            environment); a dict of typed options for PAIRED mode (baseline
+            and candidate compiled in the child, steps alternated).
+        phases: `compile` first, then `profile` and/or `measure`, in order. A
+            job without `measure` times nothing.
+        known_programs: program fingerprint -> the trial that measured it; a
+            candidate whose program is among them is not timed again.
+        artifact_dir: where the child keeps compiler dumps and profiles.
+    """
+
+    steps: int = 20
+    warmup: int = 2
+    max_warmup: int = 30
+    settle_window: int = 5
+    settle_tolerance: float = 0.05
+    prune_ratio: float | None = None
+    prune_after: int = PRUNE_AFTER
+    compiler_options: Mapping[str, OptionValue] | None = None
+    phases: tuple[Phase, ...] = (Phase.COMPILE, Phase.MEASURE)
+    known_programs: Mapping[str, int] = field(default_factory=dict)
+    artifact_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_job(self)
+
+    @property
+    def paired(self) -> bool:
+        """PAIRED mode: baseline and candidate compiled and timed in this one process."""
+        return self.compiler_options is not None
+
+    def to_json(self) -> str:
+        """The job as the JSON text the child reads from `JOB_ENV`."""
+        body = asdict(self)
+        body["phases"] = [p.value for p in self.phases]
+        body["compiler_options"] = (None if self.compiler_options is None
+                                    else dict(self.compiler_options))
+        body["known_programs"] = dict(self.known_programs)
+        return json.dumps({"schema_version": SCHEMA_VERSION, **body})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Job:
+        """Read a job written by `to_json`; no text gives the defaults.
+
+        Raises:
+            ProtocolError: not JSON, another schema version, an unknown key or
+                a field of the wrong type or range (the message names it).
+        """
+        if not text:
+            return cls()
+        body = _json_object("job", text, "not JSON")
+        _check_version("job", body.pop("schema_version", None))
+        known = {f.name for f in fields(cls)}
+        if unknown := sorted(set(body) - known):
+            raise ProtocolError(f"job: unknown field {unknown[0]!r}")
+        if "phases" in body:
+            body["phases"] = _phases(body["phases"])
+        return cls(**body)
+
+
+def _json_object(document: str, text: str, unreadable: str) -> dict[str, Any]:
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError(f"{document}: {unreadable} ({exc})") from exc
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{document}: expected a JSON object")
+    return body
+
+
+def _check_version(document: str, version: object) -> None:
+    if version != SCHEMA_VERSION:
+        raise ProtocolError(f"{document} field 'schema_version': expected {SCHEMA_VERSION}, "
+                            f"got {version!r}")
+
+
+def _phases(raw: object) -> tuple[Phase, ...]:
+    if not isinstance(raw, list | tuple):
+        raise ProtocolError(f"job field 'phases': expected a list, got {raw!r}")
+    try:
+        return tuple(Phase(p) for p in raw)
+    except ValueError as exc:
+        raise ProtocolError(f"job field 'phases': {exc}") from exc
+
+
+def _check_job(job: Job) -> None:
+    for name, low in (("steps", 1), ("warmup", 0), ("max_warmup", 0), ("settle_window", 1),
+                      ("prune_after", 1)):
+        value = getattr(job, name)
+        if not _is_int(value) or value < low:
+            raise ProtocolError(f"job field {name!r}: expected an integer >= {low}, got {value!r}")
+    if not _is_number(job.settle_tolerance):
+        raise ProtocolError(f"job field 'settle_tolerance': expected a number, "
+                            f"got {job.settle_tolerance!r}")
+    if job.prune_ratio is not None and not (_is_number(job.prune_ratio) and job.prune_ratio > 0):
+        raise ProtocolError(f"job field 'prune_ratio': expected a positive number or null, "
+                            f"got {job.prune_ratio!r}")
+    if job.compiler_options is not None and not _options_ok(job.compiler_options):
+        raise ProtocolError("job field 'compiler_options': expected an object of names to "
+                            f"booleans, numbers or strings, got {job.compiler_options!r}")
+    phases = list(job.phases)
+    if not phases or phases[0] is not Phase.COMPILE or phases != sorted(
+            set(phases), key=list(Phase).index):
+        raise ProtocolError("job field 'phases': expected 'compile' first, then 'profile' "
+                            f"and/or 'measure' in that order, got {[str(p) for p in phases]}")
+    if not (isinstance(job.known_programs, Mapping) and all(
+            isinstance(k, str) and _is_int(v) for k, v in job.known_programs.items())):
+        raise ProtocolError("job field 'known_programs': expected an object of fingerprints "
+                            f"to trial numbers, got {job.known_programs!r}")
+    if job.artifact_dir is not None and not isinstance(job.artifact_dir, str):
+        raise ProtocolError(f"job field 'artifact_dir': expected a path, got {job.artifact_dir!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _options_ok(options: object) -> bool:
+    return isinstance(options, Mapping) and all(
+        isinstance(k, str) and isinstance(v, bool | int | float | str) for k, v in options.items())
+
+
+# --- the result ---------------------------------------------------------------------------------
+
+#: Result fields that are lists of step times: each a positive finite number of seconds.
+TIME_LISTS = ("step_times_s", "baseline_step_times_s", "warmup_times_s",
+              "baseline_warmup_times_s")
+#: Result fields that are one non-negative finite number when present.
+NUMBERS = ("compile_time_s", "baseline_compile_time_s", "first_step_time_s",
+           "baseline_first_step_time_s", "checksum", "baseline_checksum", "abs_sum")
+#: Result fields that are one non-negative integer when present.
+COUNTS = ("peak_memory_bytes", "rss_peak_bytes", "device_count", "warmup_steps",
+          "same_program_as")
+#: Result fields that are text when present.
+TEXTS = ("message", "mode", "fingerprint", "baseline_fingerprint", "memory_source",
+         "jax_version", "jaxlib_version", "backend", "device_kind", "output_dtype")
+_SIGNED = {"checksum", "baseline_checksum"}
+
+
+def parse_result(text: str) -> dict[str, Any]:
+    """Check a child's result document field by field and return it as a dict.
+
+    Required: `schema_version` (== SCHEMA_VERSION), `status` (text) and
+    `message` (text). Present fields must have their type: step-time lists
+    hold positive finite numbers; times and sizes are non-negative and finite.
+
+    Raises:
+        ProtocolError: the first field at fault, named, with what was found.
+    """
+    body = _json_object("result", text, "not JSON, or cut short")
+    _check_version("result", body.get("schema_version"))
+    for required in ("status", "message"):
+        if not isinstance(body.get(required), str):
+            raise ProtocolError(f"result field {required!r}: missing or not text "
+                                f"(got {body.get(required)!r})")
+    _check_result_fields(body)
+    return body
+
+
+def _check_result_fields(body: dict[str, Any]) -> None:
+    for key in TIME_LISTS:
+        values = body.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list):
+            raise ProtocolError(f"result field {key!r}: expected a list, got {values!r}")
+        for i, v in enumerate(values):
+            if not (_is_number(v) and v > 0):
+                raise ProtocolError(f"result field '{key}[{i}]': expected a positive finite "
+                                    f"number of seconds, got {v!r}")
+    for key in NUMBERS:
+        v = body.get(key)
+        if v is not None and not (_is_number(v) and (key in _SIGNED or v >= 0)):
+            raise ProtocolError(f"result field {key!r}: expected a finite number, got {v!r}")
+    for key in COUNTS:
+        v = body.get(key)
+        if v is not None and not (_is_int(v) and v >= 0):
+            raise ProtocolError(f"result field {key!r}: expected a whole number, got {v!r}")
+    for key in TEXTS:
+        v = body.get(key)
+        if v is not None and not isinstance(v, str):
+            raise ProtocolError(f"result field {key!r}: expected text, got {v!r}")

@@ -1,0 +1,189 @@
+"""The trial protocol: jobs and results checked field by field, and the child's phases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.protocol import (
+    JOB_ENV,
+    RESULT_ENV,
+    SCHEMA_VERSION,
+    Job,
+    Phase,
+    ProtocolError,
+    parse_result,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ROOT / "tests" / "workloads" / "toy.py"
+
+# --- the job ---------------------------------------------------------------------------------
+
+
+def test_a_job_survives_its_json_round_trip():
+    job = Job(steps=7, warmup=1, max_warmup=4, settle_window=3, settle_tolerance=0.1,
+              prune_ratio=1.3, prune_after=5, compiler_options={"xla_cpu_enable_fast_math": True},
+              phases=(Phase.COMPILE, Phase.MEASURE), known_programs={"abc": 3},
+              artifact_dir="/tmp/x")
+    text = job.to_json()
+    assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 1
+    assert Job.from_json(text) == job and Job.from_json(text).paired
+    assert Job.from_json(None) == Job() and not Job().paired
+    assert Job.from_json(Job().to_json()) == Job()  # DIRECT mode: no compiler options
+    assert Job().phases == (Phase.COMPILE, Phase.MEASURE) and Job().prune_after == 6
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({"steps": 3}, "job field 'schema_version': expected 1, got None"),
+    ({"schema_version": 2}, "job field 'schema_version': expected 1, got 2"),
+    ({"schema_version": 1, "stepz": 3}, "job: unknown field 'stepz'"),
+    ({"schema_version": 1, "steps": 0}, "job field 'steps': expected an integer >= 1, got 0"),
+    ({"schema_version": 1, "steps": "20"}, "job field 'steps': expected an integer >= 1, got '20'"),
+    ({"schema_version": 1, "warmup": True}, "job field 'warmup': expected an integer >= 0"),
+    ({"schema_version": 1, "prune_ratio": -1}, "job field 'prune_ratio': expected a positive"),
+    ({"schema_version": 1, "settle_tolerance": "x"}, "job field 'settle_tolerance'"),
+    ({"schema_version": 1, "compiler_options": {"a": [1]}}, "job field 'compiler_options'"),
+    ({"schema_version": 1, "phases": ["measure"]}, "job field 'phases': expected 'compile' first"),
+    ({"schema_version": 1, "phases": ["compile", "measure", "profile"]}, "in that order"),
+    ({"schema_version": 1, "phases": ["compile", "bake"]}, "job field 'phases': 'bake'"),
+    ({"schema_version": 1, "known_programs": {"abc": "3"}}, "job field 'known_programs'"),
+    ({"schema_version": 1, "artifact_dir": 3}, "job field 'artifact_dir'"),
+])
+def test_a_bad_job_names_its_field(body, words):
+    with pytest.raises(ProtocolError) as info:
+        Job.from_json(json.dumps(body))
+    assert words in str(info.value)
+
+
+def test_the_smallest_values_of_each_bound_are_accepted():
+    job = Job(steps=1, warmup=0, max_warmup=0, settle_window=1, prune_after=1, prune_ratio=0.5)
+    assert Job.from_json(job.to_json()) == job
+    with pytest.raises(ProtocolError, match="^job field 'prune_ratio': expected a positive "
+                                            "number or null, got 0$"):
+        Job(prune_ratio=0)
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    (dict(compiler_options={"a": [1]}), "job field 'compiler_options': expected an object of "
+     "names to booleans, numbers or strings, got {'a': [1]}"),
+    (dict(phases=(Phase.COMPILE, Phase.MEASURE, Phase.PROFILE)), "job field 'phases': expected "
+     "'compile' first, then 'profile' and/or 'measure' in that order, got ['compile', "
+     "'measure', 'profile']"),
+    (dict(known_programs={"abc": "3"}), "job field 'known_programs': expected an object of "
+     "fingerprints to trial numbers, got {'abc': '3'}"),
+])
+def test_a_bad_job_says_what_was_expected_and_what_came(job, message):
+    with pytest.raises(ProtocolError) as info:
+        Job(**job)
+    assert str(info.value) == message
+
+
+def test_phases_must_be_a_list():
+    with pytest.raises(ProtocolError) as info:
+        Job.from_json(json.dumps({"schema_version": 1, "phases": "compile"}))
+    assert str(info.value) == "job field 'phases': expected a list, got 'compile'"
+
+
+def test_a_job_that_is_not_json_says_so():
+    with pytest.raises(ProtocolError, match="^job: not JSON"):
+        Job.from_json("{steps: 3")
+    with pytest.raises(ProtocolError, match="^job: expected a JSON object$"):
+        Job.from_json("[1, 2]")
+
+
+# --- the result ------------------------------------------------------------------------------
+
+
+def result(**fields: object) -> str:
+    return json.dumps({"schema_version": 1, "status": "ok", "message": "", **fields})
+
+
+def test_a_good_result_comes_back_as_written():
+    body = parse_result(result(step_times_s=[0.01, 0.02], compile_time_s=1.5, checksum=-3.0,
+                               peak_memory_bytes=1024, fingerprint="ab", same_program_as=2))
+    assert body["step_times_s"] == [0.01, 0.02] and body["checksum"] == -3.0
+    # zero is a valid size, time or trial number (trial 0 is the baseline)
+    zeros = parse_result(result(compile_time_s=0.0, abs_sum=0.5, peak_memory_bytes=0,
+                                same_program_as=0, warmup_steps=1))
+    assert zeros["same_program_as"] == 0 and zeros["compile_time_s"] == 0.0
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (result(step_times_s=[0.01, float("nan")]),
+     "result field 'step_times_s[1]': expected a positive finite number of seconds, got nan"),
+    (result(step_times_s=[0.0]), "'step_times_s[0]': expected a positive finite number"),
+    (result(baseline_step_times_s=[0.01, -0.01]), "'baseline_step_times_s[1]'"),
+    (result(step_times_s=["0.01"]), "'step_times_s[0]': expected a positive finite number of "
+                                    "seconds, got '0.01'"),
+    (result(step_times_s=0.01), "result field 'step_times_s': expected a list, got 0.01"),
+    (result(compile_time_s="fast"), "result field 'compile_time_s': expected a finite number"),
+    (result(compile_time_s=-1.0), "result field 'compile_time_s'"),
+    (result(peak_memory_bytes=1.5), "result field 'peak_memory_bytes': expected a whole number"),
+    (result(fingerprint=3), "result field 'fingerprint': expected text, got 3"),
+    (json.dumps({"schema_version": 1, "message": ""}),
+     "result field 'status': missing or not text (got None)"),
+    (json.dumps({"schema_version": 1, "status": 5, "message": ""}),
+     "result field 'status': missing or not text (got 5)"),
+    (json.dumps({"schema_version": 1, "status": "ok"}), "result field 'message': missing"),
+    (json.dumps({"schema_version": 2, "status": "ok", "message": ""}),
+     "result field 'schema_version': expected 1, got 2"),
+    (result(step_times_s=[0.01, 0.02])[:30], "result: not JSON, or cut short"),
+    ("[]", "result: expected a JSON object"),
+])
+def test_a_bad_result_names_its_field(text, words):
+    with pytest.raises(ProtocolError) as info:
+        parse_result(text)
+    assert words in str(info.value)
+
+
+# --- the child's phases ----------------------------------------------------------------------
+
+
+def run_child(job: Job, tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != RESULT_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env[JOB_ENV] = job.to_json()
+    done = subprocess.run([sys.executable, "-m", "autotune.child", str(TOY), "--preset", "tiny"],
+                          env=env, capture_output=True, text=True, timeout=300, check=True,
+                          cwd=tmp_path)
+    return parse_result(done.stdout)
+
+
+@pytest.mark.slow
+def test_compile_only_fingerprints_and_a_known_program_is_not_timed(tmp_path):
+    compiled = run_child(Job(phases=(Phase.COMPILE,), compiler_options={},
+                             artifact_dir=str(tmp_path / "a")), tmp_path)
+    assert compiled["status"] == "ok" and compiled["compile_time_s"] > 0
+    assert compiled["fingerprint"] and "step_times_s" not in compiled
+    assert compiled["hlo_stats"] and compiled["peak_memory_bytes"] > 0
+
+    known = run_child(Job(compiler_options={}, artifact_dir=str(tmp_path / "b"),
+                          known_programs={compiled["fingerprint"]: 4}), tmp_path)
+    assert known["status"] == "ok" and known["same_program_as"] == 4
+    assert known["message"] == "the same program as trial 4, which measured it"
+    assert "step_times_s" not in known and known["fingerprint"] == compiled["fingerprint"]
+
+    timed = run_child(Job(steps=3, warmup=1, max_warmup=1, compiler_options={},
+                          artifact_dir=str(tmp_path / "c"), known_programs={"other": 1}),
+                      tmp_path)
+    assert len(timed["step_times_s"]) == 3 == len(timed["baseline_step_times_s"])
+    assert "same_program_as" not in timed
+
+
+@pytest.mark.slow
+def test_an_invalid_job_is_reported_in_the_result_file(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != RESULT_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env[JOB_ENV] = json.dumps({"schema_version": 1, "steps": 0})
+    done = subprocess.run([sys.executable, "-m", "autotune.child", str(TOY), "--preset", "tiny"],
+                          env=env, capture_output=True, text=True, timeout=300, check=True)
+    body = parse_result(done.stdout)
+    assert body["status"] == "crashed"
+    assert body["message"] == ("the trial's job is invalid: job field 'steps': expected an "
+                               "integer >= 1, got 0")
