@@ -72,14 +72,20 @@ def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunR
     """Successful non-baseline runs, fastest first; one (the best) per distinct configuration.
 
     With a memory budget, configurations whose peak memory exceeds it are left out:
-    they are infeasible, never a winner.
+    they are infeasible, never a winner. A run that compiled to a program another
+    trial measured (`same_program_as`) is that trial's row, not one of its own.
     """
     candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role is not Role.BASELINE
-                  and within_budget(r, memory_budget)]
+                  and within_budget(r, memory_budget) and not _measured_elsewhere(r)]
     best: dict[str, RunRecord] = {}
     for run in sorted(candidates, key=lambda r: (r.ratio, r.id)):
         best.setdefault(config_key(run.flags), run)
     return list(best.values())
+
+
+def _measured_elsewhere(run: RunRecord) -> bool:
+    m = run.outcome.measurement
+    return m is not None and m.same_program_as is not None
 
 
 def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None
@@ -153,6 +159,11 @@ def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
                                        start=1):
         rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf))
     return rows
+
+
+def measured_elsewhere(runs: list[RunRecord]) -> int:
+    """How many runs compiled to a program another trial had timed (and timed nothing)."""
+    return sum(_measured_elsewhere(r) for r in runs)
 
 
 def outcome_counts(runs: list[RunRecord]) -> dict[str, int]:

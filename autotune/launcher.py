@@ -46,6 +46,8 @@ class TrialRequest:
         command: run this program instead of `python -m autotune.child WORKLOAD`;
             it must measure through `autotune.bench.report` (never run by a shell).
         workdir: the child's working directory (default: a scratch folder of its own).
+        known_programs: program fingerprint -> the trial that measured it; the
+            child compiles, and times nothing when its program is among them.
     """
 
     workload: Path
@@ -61,6 +63,7 @@ class TrialRequest:
     command: tuple[str, ...] | None = None
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     workdir: Path | None = None
+    known_programs: Mapping[str, int] = field(default_factory=dict)
 
 
 class Launcher(ABC):
@@ -121,7 +124,7 @@ class SubprocessLauncher(Launcher):
         env[JOB_ENV] = Job(
             steps=request.steps, warmup=request.warmup, max_warmup=request.max_warmup,
             prune_ratio=request.prune_ratio, compiler_options=request.compiler_options,
-            artifact_dir=str(scratch),
+            artifact_dir=str(scratch), known_programs=dict(request.known_programs),
         ).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
@@ -134,7 +137,8 @@ class SubprocessLauncher(Launcher):
             signal=-rc if rc is not None and rc < 0 else None,
             stdout_tail=run.stdout, stderr_tail=run.stderr,
         )
-        decided = classify_exit(rc, run.timed_out, run.stderr_head + run.stderr, request.timeout_s)
+        decided = classify_exit(rc, run.timed_out, run.stderr_head + run.stderr,
+                                request.timeout_s, request.memory_limit_bytes)
         if decided is not None:
             return replace(base, kind=decided[0], message=decided[1])
         outcome = _from_result_file(result, base)

@@ -65,6 +65,25 @@ class MeasuredIndex:
         """Whether the baseline has been measured successfully."""
         return any(r.role is Role.BASELINE and r.outcome.ok for r in self.runs.values())
 
+    def known_programs(self, host: str) -> dict[str, int]:
+        """Program fingerprint -> the trial that timed it, for programs timed on `host`.
+
+        Only successful runs with timed steps and a ratio count: a program that
+        one of them measured need not be timed again on the same machine.
+        """
+        known: dict[str, int] = {}
+        for run in sorted(self.runs.values(), key=lambda r: r.id):
+            m = run.outcome.measurement
+            if (run.outcome.ok and run.ratio and m is not None and m.timed_steps
+                    and m.fingerprint and run.trial_number is not None
+                    and run.environment is not None and run.environment.host == host):
+                known.setdefault(m.fingerprint, run.trial_number)
+        return known
+
+    def run_of_trial(self, number: int) -> RunRecord | None:
+        """The indexed run of trial `number`, if any."""
+        return next((r for r in self.runs.values() if r.trial_number == number), None)
+
     def best_ratio(self, budget: int | None = None) -> float | None:
         """The lowest time ratio among measured non-baseline configurations within `budget`."""
         ratios = [r.ratio for r in self.runs.values()

@@ -50,11 +50,15 @@ def measurement_from_body(body: dict[str, Any]) -> Measurement:
         output_dtype=body.get("output_dtype") or "",
         abs_sum=body.get("abs_sum"),
         numerics_error=(body.get("numerics") or {}).get("max_rel_error"),
+        same_program_as=body.get("same_program_as"),
     )
 
 
 def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
     """Read a child's result file: (kind, message, measurement if any was taken).
+
+    A program another trial measured (`same_program_as`) counts as a
+    measurement without timed steps.
 
     Raises:
         ResultFileError: the file is missing or cut short, breaks the protocol
@@ -72,5 +76,5 @@ def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
         raise ResultFileError(f"the child's result breaks the protocol: {exc}") from exc
     except ValueError as exc:
         raise ResultFileError(f"result field 'status': {exc}") from exc
-    has_data = bool(body.get("step_times_s"))
+    has_data = bool(body.get("step_times_s")) or body.get("same_program_as") is not None
     return kind, body["message"], measurement_from_body(body) if has_data else None

@@ -64,7 +64,9 @@ class Measurement:
 
     Times are in seconds. In PAIRED mode `baseline_step_times_s` holds the
     steps of the baseline executable alternated with the candidate's in the same
-    process; in DIRECT mode it is empty.
+    process; in DIRECT mode it is empty. `same_program_as` names the trial that
+    already measured this very program: then nothing was timed here (the child
+    compiled, fingerprinted and stopped).
     """
 
     step_times_s: tuple[float, ...]
@@ -92,6 +94,12 @@ class Measurement:
     output_dtype: str = ""
     abs_sum: float | None = None
     numerics_error: float | None = None
+    same_program_as: int | None = None
+
+    @property
+    def timed_steps(self) -> int:
+        """Steps of the candidate that were timed (0 for a program measured by another trial)."""
+        return len(self.step_times_s)
 
     @property
     def median_s(self) -> float | None:

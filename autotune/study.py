@@ -18,6 +18,7 @@ run again once.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -298,11 +299,15 @@ class StudyRunner:
         request = self.judge.request(config)
         if role is Role.SEARCH:
             request = replace(request, prune_ratio=self._prune_ratio(index))
+        if role is not Role.BASELINE and request.compiler_options is not None:
+            request = replace(request, known_programs=index.known_programs(platform.node()))
         with beating(study, trial):
             outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
         with deferred_interrupt():  # recorded and told together, or neither
             outcome = self.judge.guard(outcome)
             ratio = self.judge.ratio(outcome)
+            if ratio is None and (prior := _measured_by(outcome, index)) is not None:
+                outcome, ratio = _carried(outcome, prior), prior.ratio
             user_env = self.judge.user_env(config)
             environment = environment_of(outcome.measurement)
             run_id = self.store.record_run(self.plan.name, trial.number, role, config, user_env,
@@ -386,3 +391,18 @@ def _catalog() -> Any:
     from autotune.flags.catalog import load_catalog
 
     return load_catalog()
+
+
+def _measured_by(outcome: TrialOutcome, index: MeasuredIndex) -> RunRecord | None:
+    """The run that timed this outcome's program, when the child timed nothing itself."""
+    m = outcome.measurement
+    if not outcome.ok or m is None or m.same_program_as is None:
+        return None
+    return index.run_of_trial(m.same_program_as)
+
+
+def _carried(outcome: TrialOutcome, prior: RunRecord) -> TrialOutcome:
+    """`outcome` with the baseline program of `prior`, so "same program as baseline" holds."""
+    assert outcome.measurement is not None and prior.outcome.measurement is not None
+    base = prior.outcome.measurement.baseline_fingerprint
+    return replace(outcome, measurement=replace(outcome.measurement, baseline_fingerprint=base))

@@ -419,3 +419,28 @@ def test_benchmarks_list_shows_the_collectives_from_the_compiled_hlo(tmp_path):
     assert "all-gather" in rows["collective-matmul"]
     assert "collective-permute" in rows["pipeline"]
     assert "none" in rows["matmul"]
+
+
+@pytest.mark.slow
+def test_a_program_measured_already_is_not_timed_again(tmp_path):
+    """A/A: GPU flags change nothing on a CPU, so every trial compiles to the baseline's
+    program and only the baseline is timed; the others carry its measurement."""
+    result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul",
+                    "--preset", "tiny", "--devices", "1", "--trials", "4", "--confirm", "0",
+                    "--steps", "5", "--allow-backend-mismatch", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs(
+        "gpu-collectives-matmul-tiny")
+    assert [r.role for r in runs] == [Role.BASELINE, Role.RECOMMENDED, Role.SEARCH, Role.SEARCH]
+    baseline, *others = runs
+    assert baseline.outcome.measurement.timed_steps == 5
+    for run in others:
+        m = run.outcome.measurement
+        assert run.outcome.kind is OutcomeKind.OK and m.timed_steps == 0
+        assert m.same_program_as == 0 and m.fingerprint == baseline.outcome.measurement.fingerprint
+        assert run.ratio == baseline.ratio  # the baseline program's own measurement
+        assert m.same_program_as_baseline is True
+        assert run.outcome.message == "the same program as trial 0, which measured it"
+    best = invoke("best", "gpu-collectives-matmul-tiny", cwd=tmp_path).output
+    assert [row[0] for row in table_rows(best)] == ["baseline"]  # one program to rank
+    assert "3 trials compiled to a program another trial had timed: not timed again" in best

@@ -15,6 +15,7 @@ from autotune.analysis import (
     changed_flags,
     confirmed_order,
     measured_backend,
+    measured_elsewhere,
     ordered,
     outcome_counts,
     over_budget,
@@ -193,6 +194,16 @@ def study_with_confirmations() -> Runs:
 def test_ranked_keeps_the_best_run_of_each_configuration_fastest_first():
     runs = study_with_confirmations().runs
     assert [r.trial_number for r in ranked(runs)] == [1, 2, 3, 4]  # 5 repeats 1; failures out
+
+
+def test_a_run_that_compiled_to_another_trials_program_is_that_trials_row():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.8)
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.8, m=Measurement((), 1.0, mode=MeasureMode.PAIRED,
+                                                      fingerprint="p0.8", same_program_as=0))
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.9, m=Measurement((), 1.0, mode=MeasureMode.PAIRED))
+    assert [r.trial_number for r in ranked(s.runs)] == [0, 2]
+    assert measured_elsewhere(s.runs) == 1
 
 
 def test_ties_rank_by_the_earlier_run():

@@ -79,6 +79,7 @@ FULL = Measurement(
     output_dtype="bfloat16",
     abs_sum=4567.25,
     numerics_error=1.5e-6,
+    same_program_as=3,
 )
 OK = TrialOutcome(
     OutcomeKind.OK, "ok", FULL, duration_s=9.5, exit_code=0, stdout_tail="out", stderr_tail="err"
@@ -390,6 +391,7 @@ FULL_READ_BACK = {
     "output_dtype": "bfloat16",
     "abs_sum": 4567.25,
     "numerics_error": 1.5e-6,
+    "same_program_as": 3,
 }
 
 

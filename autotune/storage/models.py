@@ -297,7 +297,7 @@ class RunRow(Base):
 
 
 _EXTRAS = ("warmup_steps", "warmup_settled", "warmup_times_s", "baseline_warmup_times_s",
-           "output_dtype", "abs_sum", "numerics_error")
+           "output_dtype", "abs_sum", "numerics_error", "same_program_as")
 
 
 def _extras_fields(extras: dict[str, Any]) -> dict[str, Any]:
