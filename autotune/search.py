@@ -10,8 +10,11 @@ an explicit registry, every one seeded:
   runner enqueues the points; refused for continuous or huge spaces);
 - `nsga2`: NSGA-II, for two objectives only;
 - `gp`: Gaussian-process Bayesian optimisation, where torch and scipy are installed;
-- `auto`: `grid` when the whole space fits in the trial budget, else `tpe`
-  for one objective and `nsga2` for two.
+- `auto`: `grid` when the whole space fits in the trial budget and in
+  `GRID_LIMIT`, else `tpe` for one objective and `nsga2` for two.
+
+Every decision reads the space's size as `Space.size` counts it; no grid is
+built until it is known to hold at most `GRID_LIMIT` points.
 
 Importing this module does not import optuna.
 """
@@ -30,7 +33,8 @@ from autotune.errors import UsageError
 if TYPE_CHECKING:
     from autotune.spaces import Space
 
-#: Most configurations `grid` enumerates.
+#: Most configurations `grid` enumerates (and `auto` picks grid for): the runner
+#: builds every point, with its effective configuration, in memory.
 GRID_LIMIT = 20_000
 #: Trials TPE (and GP) draw at random before they model the results. The
 #: baseline and the recommended configuration, enqueued first, count among
@@ -144,23 +148,39 @@ def choose_sampler(name: str, objectives: tuple[Objective, ...], space: Space,
 
 
 def _auto(objectives: tuple[Objective, ...], space: Space, trials: int) -> SamplerChoice:
+    """`grid` when the space's size (counted, never enumerated) fits both the trial
+    budget and `GRID_LIMIT`; else `tpe` for one objective, `nsga2` for two."""
     size = space.size()
-    if size is not None and size <= trials:
+    if size is not None and size <= min(trials, GRID_LIMIT):
         return SamplerChoice("grid", f"the space's {size} configurations fit in {trials} trials")
     if len(objectives) > 1:
         return SamplerChoice("nsga2", "two objectives")
-    return SamplerChoice("tpe", "one objective" + (
-        f", {size} configurations > {trials} trials" if size is not None else ""))
+    return SamplerChoice("tpe", "one objective" + _why_not_grid(size, trials))
+
+
+def _why_not_grid(size: int | None, trials: int) -> str:
+    if size is None:
+        return ""
+    if size > GRID_LIMIT:
+        return f", {size} configurations > {GRID_LIMIT} that grid enumerates"
+    return f", {size} configurations > {trials} trials"
 
 
 def _check_grid(space: Space) -> None:
+    """Refuse a space with no grid, or one of more than `GRID_LIMIT` points (counted by
+    `Space.size`, never built).
+
+    Raises:
+        UsageError: the count, the limit, and what to do instead.
+    """
     size = space.size()
     if size is None:
         raise UsageError(f"space '{space.name}' has a continuous range: it has no grid. "
                          "Give the range a step, or use --sampler tpe")
     if size > GRID_LIMIT:
         raise UsageError(f"space '{space.name}' has {size} configurations, more than grid "
-                         f"enumerates ({GRID_LIMIT}): use --sampler tpe or auto")
+                         f"enumerates ({GRID_LIMIT}): use --sampler tpe, random or auto, "
+                         "or shrink the space (fewer params, choices or range steps)")
 
 
 def make_sampler(choice: SamplerChoice, seed: int | None, n_objectives: int) -> Any:
@@ -169,9 +189,15 @@ def make_sampler(choice: SamplerChoice, seed: int | None, n_objectives: int) -> 
 
 
 def grid_order(space: Space, seed: int | None) -> list[dict[str, Any]]:
-    """The space's grid points (Optuna params) in a seeded shuffled order."""
+    """The space's grid points (Optuna params) in a seeded shuffled order.
+
+    Raises:
+        UsageError: the space has no grid or more than `GRID_LIMIT` points
+            (checked before a single point is built).
+    """
     import random
 
+    _check_grid(space)
     points = space.grid()
     random.Random(seed).shuffle(points)
     return points

@@ -18,6 +18,7 @@ from autotune.failures import (
     classify_stderr,
     looks_like_oom,
     signal_name,
+    size_words,
 )
 from autotune.records import OutcomeKind
 
@@ -125,6 +126,51 @@ def test_an_ordinary_exit_leaves_the_verdict_to_the_result_file():
     assert classify_exit(1, False, LOGS, 60) is None
 
 
+# What a trial child printed under RLIMIT_AS, verbatim (CPython 3.11, x86-64 Linux,
+# `python -m autotune.child` through the subprocess launcher): at 1 KiB the kernel
+# killed the exec with SIGSEGV and stderr stayed empty; at 1 MiB the loader
+# exited 127 with this line.
+LOADER = ("/work/main/.venv/bin/python: error while loading shared libraries: "
+          "libpython3.11.so.1.0: failed to map segment from shared object\n")
+KiB, MiB, GiB = 2**10, 2**20, 2**30
+
+
+def test_a_child_killed_at_exec_under_a_tiny_limit_is_oom_naming_the_limit():
+    assert classify_exit(-signal.SIGSEGV, False, "", 60, memory_limit_bytes=KiB) == (
+        OutcomeKind.OOM, "the trial memory limit (1 KiB) is too small for the child to start: "
+                         "killed by SIGSEGV, nothing printed; raise --trial-memory-limit")
+    # the same end without a limit, or under a limit a child starts in, is a crash
+    assert classify_exit(-signal.SIGSEGV, False, "", 60)[0] is OutcomeKind.CRASHED
+    assert classify_exit(-signal.SIGSEGV, False, "", 60, 16 * GiB)[0] is OutcomeKind.CRASHED
+
+
+def test_the_loader_failing_to_map_a_library_is_oom_naming_the_limit():
+    assert classify_exit(127, False, LOADER, 60, MiB) == (
+        OutcomeKind.OOM, f"the trial memory limit (1 MiB) is too small for the child to start: "
+                         f"{LOADER.strip()}; raise --trial-memory-limit")
+    kind, message = classify_exit(127, False, LOGS + LOADER, 60, 16 * GiB)  # whatever the limit
+    assert kind is OutcomeKind.OOM and "(16 GiB) is too small" in message
+
+
+def test_a_failure_under_a_limit_too_small_to_start_quotes_what_it_printed():
+    kind, message = classify_exit(120, False, LOGS + "MemoryError\n", 60, 12 * MiB)
+    assert (kind, message.split(": ", 1)[1]) == (
+        OutcomeKind.OOM, "MemoryError; raise --trial-memory-limit")
+    assert classify_exit(3, False, "I1122 all fine\n", 60, 1000)[1].endswith(
+        "(1000 bytes) is too small for the child to start: exit code 3, "
+        "last printed: I1122 all fine; raise --trial-memory-limit")
+
+
+def test_a_child_that_succeeded_under_a_small_limit_is_judged_by_its_result_file():
+    assert classify_exit(0, False, "", 60, KiB) is None
+    assert classify_exit(0, False, LOADER, 60, KiB) is None
+
+
+def test_size_words_are_what_a_user_writes():
+    assert [size_words(n) for n in (KiB, 3 * MiB, 16 * GiB, 2**40, 1500, 0)] == [
+        "1 KiB", "3 MiB", "16 GiB", "1 TiB", "1500 bytes", "0 bytes"]
+
+
 # --- what a real in-process compile raises ----------------------------------------------------
 
 
@@ -160,6 +206,10 @@ def test_an_option_value_xla_rejects_is_an_invalid_value(lowered, name, value):
 
 def test_memory_exhaustion_is_oom_by_message_or_by_type():
     assert classify_exception(RuntimeError("RESOURCE_EXHAUSTED: 8GiB"))[0] is OutcomeKind.OOM
+    # importing jaxlib under a 24-100 MB --trial-memory-limit (jaxlib 0.10.2)
+    loader = ImportError("libjax_common.so: failed to map segment from shared object")
+    assert classify_exception(loader) == (
+        OutcomeKind.OOM, "ImportError: libjax_common.so: failed to map segment from shared object")
     assert classify_exception(RuntimeError("Out of memory"))[0] is OutcomeKind.OOM
     assert classify_exception(MemoryError())[0] is OutcomeKind.OOM
 
@@ -170,3 +220,10 @@ def test_anything_else_is_a_compile_error_with_the_type_in_the_message():
     # INVALID_ARGUMENT alone is the program's fault, not an option's
     assert classify_exception(ValueError("INVALID_ARGUMENT: dot shapes differ"))[0] \
         is OutcomeKind.COMPILE_ERROR
+
+
+def test_a_limit_at_the_startup_floor_is_not_blamed_for_a_silent_crash():
+    from autotune.failures import STARTUP_FLOOR_BYTES, limit_too_small
+
+    assert limit_too_small(-11, "", STARTUP_FLOOR_BYTES) is None  # enough to start: a real crash
+    assert limit_too_small(-11, "", STARTUP_FLOOR_BYTES - 1) is not None

@@ -229,3 +229,12 @@ def test_a_child_that_writes_a_bad_result_is_a_failed_trial_naming_the_field(tmp
     assert outcome.message == (
         "the child's result breaks the protocol: result field 'step_times_s[1]': expected a "
         "positive finite number of seconds, got nan")
+
+
+def test_a_memory_limit_too_small_to_start_python_is_an_oom_naming_the_limit(workloads_dir):
+    outcome = SubprocessLauncher().launch(TrialRequest(
+        workloads_dir / "toy.py", "tiny", memory_limit_bytes=1024, timeout_s=60))
+    assert outcome.kind is OutcomeKind.OOM, (outcome.message, outcome.stderr_tail)
+    assert outcome.message.startswith(
+        "the trial memory limit (1 KiB) is too small for the child to start: ")
+    assert outcome.measurement is None

@@ -7,23 +7,56 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from autotune.errors import AutotuneError, StudyNotFoundError
+from autotune.errors import AutotuneError, StudyNotFoundError, UsageError
 
 DEFAULT_STORAGE = "sqlite:///autotune.db"
-# Piped output (CI logs, files) gets a wide table instead of rich's 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Piped output (CI logs, files) gets a wide table instead of rich's 80 columns. No emoji
+# codes: ":smile:" in a study name or flag value is text, not a picture.
+out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 
 StorageOpt = Annotated[str, typer.Option(
     "--storage", envvar="AUTOTUNE_STORAGE",
     help="Database URL: sqlite:///file.db (default ./autotune.db) or postgresql://...")]
+
+
+def literal(value: object) -> str:
+    """`str(value)` made safe to print through rich: the terminal shows its characters as data.
+
+    Every non-printable character (ESC, newline, tab, other control and format
+    characters) becomes its Python escape (`\\x1b`, `\\n`, `\\u200b`), so nothing
+    in it can colour the terminal, move the cursor or break a line; rich markup
+    (`[bold]`) is escaped, so it prints as written. Printable text is otherwise
+    unchanged. Apply it once, where a value that came from outside (a study or
+    space name, a flag name or value, a path, a trial child's message, an
+    error's message) enters text for `out`/`err`, and never to its result again:
+    a second pass would show the markup escapes. Data written to files (export
+    YAML) stays raw.
+    """
+    text = str(value)
+    visible = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return escape(visible)
+
+
+def one_of(value: str, choices: Iterable[str], noun: str) -> str:
+    """`value` if it is one of `choices`.
+
+    Raises:
+        UsageError: naming `value` and every choice, in the order given
+            ("unknown backend 'x'. Known backends: gpu, tpu, cpu, any").
+    """
+    known = list(choices)
+    if value not in known:
+        raise UsageError(f"unknown {noun} '{value}'. Known {noun}s: {', '.join(known)}")
+    return value
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -44,7 +77,11 @@ def open_store(url: str, must_exist: bool) -> Any:
 
 
 def friendly(func: Callable[..., None]) -> Callable[..., None]:
-    """Turn AutotuneError into one line on stderr and its exit code; Ctrl-C into 130."""
+    """Turn AutotuneError into one line on stderr and its exit code; Ctrl-C into 130.
+
+    The message is printed through `literal`: messages name studies, flags and
+    paths as given, and a newline in one shows as `\\n`.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
@@ -54,7 +91,8 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
             with interrupt_latch():
                 func(*args, **kwargs)
         except AutotuneError as exc:
-            err.print(f"[bold red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {literal(exc.message)}", highlight=False,
+                      soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted: every finished trial is kept; "
@@ -76,7 +114,11 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def fmt_flags(flags: dict[str, Any], sep: str = "\n") -> str:
-    """`name=value` per flag, sorted, joined by `sep` ("(defaults)" when empty)."""
+    """`name=value` per flag, sorted, joined by `sep` ("(defaults)" when empty).
+
+    Names and values go through `literal`: the result is ready to print, not to escape again.
+    """
     from autotune.flags.compose import render_value
 
-    return sep.join(f"{k}={render_value(v)}" for k, v in sorted(flags.items())) or "(defaults)"
+    return sep.join(f"{literal(k)}={literal(render_value(v))}"
+                    for k, v in sorted(flags.items())) or "(defaults)"

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import fmt_flags, out
+from autotune.cli._common import fmt_flags, literal, one_of, out
 
 
 def spaces_list() -> None:
@@ -21,8 +21,9 @@ def spaces_list() -> None:
     for space_name in spaces.list_spaces():
         sp = spaces.load_space(space_name)
         size = sp.size()
-        table.add_row(sp.name, sp.backend, str(len(sp.params)), "-" if size is None else str(size),
-                      sp.description.strip().splitlines()[0] if sp.description else "")
+        table.add_row(literal(sp.name), literal(sp.backend), str(len(sp.params)),
+                      "-" if size is None else str(size),
+                      literal(sp.description.strip().splitlines()[0]) if sp.description else "")
     out.print(table)
 
 
@@ -53,18 +54,19 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
 
     sp = spaces.load_space(name)
     size = sp.size()
-    out.print(f"[bold]{sp.name}[/] ({sp.backend}, {len(sp.params)} parameters, "
+    out.print(f"[bold]{literal(sp.name)}[/] ({literal(sp.backend)}, {len(sp.params)} parameters, "
               f"{'continuous' if size is None else f'{size} configurations'})")
-    out.print(sp.description.strip(), highlight=False)
+    for line in sp.description.strip().splitlines():
+        out.print(literal(line), highlight=False)
     table = Table("parameter", "candidates", "source")
     for param in sp.params.values():
         cond = sp.conditions.get(param.name)
         when = f"\nonly when {_fmt_when(cond)}" if cond else ""
-        table.add_row(param.flag, param.describe() + when, param.source)
+        table.add_row(literal(param.flag), literal(param.describe()) + when, literal(param.source))
     out.print(table)
     for group in sp.groups.values():
-        out.print(f"group {group.name}: {', '.join(group.params)} switched on together "
-                  f"({group.description})", highlight=False)
+        out.print(f"group {literal(group.name)}: {literal(', '.join(group.params))} switched on "
+                  f"together ({literal(group.description)})", highlight=False)
     if sp.fixed:
         out.print(f"fixed: {fmt_flags(dict(sp.fixed), ' ')}", highlight=False)
     rec = sp.recommended_config()
@@ -73,7 +75,8 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
 
 
 def _fmt_when(cond: Any) -> str:
-    return " and ".join(f"{k}={v}" for k, v in cond.items())
+    """A parameter's condition as `name=value and ...`, ready to print."""
+    return " and ".join(f"{literal(k)}={literal(v)}" for k, v in cond.items())
 
 
 def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file.")]) -> None:
@@ -82,7 +85,8 @@ def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file
 
     sp = spaces.load_space(str(file))
     size = sp.size()
-    out.print(f"{file}: valid space '{sp.name}' ({sp.backend}), {len(sp.params)} parameters, "
+    out.print(f"{literal(file)}: valid space '{literal(sp.name)}' ({literal(sp.backend)}), "
+              f"{len(sp.params)} parameters, "
               f"{'continuous' if size is None else f'{size} configurations'}", highlight=False)
 
 
@@ -91,12 +95,20 @@ def flags_list(
     channel: Annotated[str | None, typer.Option(help="xla_flags, libtpu or env.")] = None,
     space: Annotated[str | None, typer.Option(help="Only the flags of this space.")] = None,
 ) -> None:
-    """List the flags autotune knows, with documented default and recommended values."""
+    """List the flags autotune knows, with documented default and recommended values.
+
+    An unknown --backend or --channel is a UsageError (exit 2) naming the known
+    ones, raised before anything is printed.
+    """
     from rich.table import Table
 
     from autotune import spaces
-    from autotune.flags.catalog import load_catalog
+    from autotune.flags.catalog import Backend, Channel, load_catalog
 
+    if backend is not None:
+        one_of(backend, (b.value for b in Backend), "backend")
+    if channel is not None:
+        one_of(channel, (c.value for c in Channel), "channel")
     catalog = load_catalog()
     only = spaces.load_space(space).flags() if space else None
     table = Table("flag", "type", "default", "recommended", "backend", "channel", "status")
@@ -105,7 +117,8 @@ def flags_list(
                   and (only is None or spec.name in only))
         if not wanted:
             continue
-        table.add_row(spec.name, spec.type.value, _show(spec.default), _show(spec.recommended),
+        table.add_row(literal(spec.name), spec.type.value, _show(spec.default),
+                      _show(spec.recommended),
                       spec.backend.value, spec.channel.value, _status(spec))
     out.print(table)
 
@@ -113,12 +126,13 @@ def flags_list(
 def _show(value: Any) -> str:
     from autotune.flags.compose import render_value
 
-    return "-" if value is None else render_value(value)
+    return "-" if value is None else literal(render_value(value))
 
 
 def _status(spec: Any) -> str:
     if spec.obsolete is not None:
-        return "obsolete" + (f" → {spec.obsolete.replaced_by}" if spec.obsolete.replaced_by else "")
+        replaced = spec.obsolete.replaced_by
+        return "obsolete" + (f" → {literal(replaced)}" if replaced else "")
     return "no effect" if spec.no_effect else ""
 
 
@@ -130,10 +144,10 @@ def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name."
     catalog = load_catalog()
     spec = catalog.get(name.removeprefix("--"))
     for key, value in spec.model_dump(exclude_none=True).items():
-        out.print(f"{key:>14}: {value}", highlight=False)
+        out.print(f"{key:>14}: {literal(value)}", highlight=False)
     with out.status("asking the installed XLA..."):
         report = probe(catalog, extra=[spec.name])
-    out.print(f"{'this XLA':>14}: {_probe_words(report, spec)}", highlight=False)
+    out.print(f"{'this XLA':>14}: {literal(_probe_words(report, spec))}", highlight=False)
 
 
 def _probe_words(report: Any, spec: Any) -> str:
@@ -193,7 +207,7 @@ def _print_unchecked(uses: list[Any], report: Any) -> None:
     tpu = sorted({u.name for u in uses if report.status(u.name) is FlagStatus.CANNOT_CHECK})
     if tpu:
         out.print(f"cannot be checked here (libtpu is not installed): "
-                  f"{', '.join('--' + n for n in tpu)}", highlight=False)
+                  f"{literal(', '.join('--' + n for n in tpu))}", highlight=False)
 
 
 def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
@@ -208,7 +222,7 @@ def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
         table.add_column(column, overflow="fold")
     for f in findings:
         kind = f.kind.value + (" (aborts)" if f.would_abort else "")
-        table.add_row(f.flag, kind, f.message, f.fix)
+        table.add_row(literal(f.flag), kind, literal(f.message), literal(f.fix))
     out.print(table)
     aborting = sum(f.would_abort for f in findings)
     out.print(f"{count} flags checked against jaxlib {jaxlib}: {len(findings)} findings, "

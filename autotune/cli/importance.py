@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, open_store, out
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
 
 
 def importance(
@@ -32,8 +32,8 @@ def importance(
                          "Use a study run with --objective time or time,memory")
     trials = compared_trials(load_trials(store.url, study_name))
     if len(trials) < 2:
-        out.print(f"nothing to compare yet: study {study_name!r} has {len(trials)} complete "
-                  "search trial(s) and flag importance needs at least 2; run more trials "
+        out.print(f"nothing to compare yet: study {literal(repr(study_name))} has {len(trials)} "
+                  "complete search trial(s) and flag importance needs at least 2; run more trials "
                   "(the same `autotune study` command with a larger --trials)", highlight=False)
         return
     noise = noise_level(store.runs(study_name))
@@ -45,21 +45,22 @@ def importance(
 def _print_table(study_name: str, effects: list[Any], noise: float | None) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{study_name}: which flags mattered")
+    table = Table(title=f"{literal(study_name)}: which flags mattered")
     for col in ("rank", "param", "importance", "effect on step time", "trials", "verdict"):
         table.add_column(col, overflow="fold")
     rank = 0
     for e in effects:
         if e.measurable:
             rank += 1
-        table.add_row(str(rank) if e.measurable else "", e.param,
+        table.add_row(str(rank) if e.measurable else "", literal(e.param),
                       "-" if e.importance is None else f"{e.importance:.2f}",
                       _effect_text(e), str(e.trials), _verdict(e, noise))
     out.print(table)
 
 
 def _shown(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """A flag value as the flag strings write it (bools lower case), ready to print."""
+    return literal(str(value).lower() if isinstance(value, bool) else str(value))
 
 
 def _effect_text(e: Any) -> str:

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, fmt_bytes, fmt_flags, open_store, out
+from autotune.cli._common import (
+    DEFAULT_STORAGE,
+    StorageOpt,
+    fmt_bytes,
+    fmt_flags,
+    literal,
+    open_store,
+    out,
+)
 
 
 def print_best(store: Any, study_name: str, limit: int) -> None:
@@ -21,7 +29,8 @@ def print_best(store: Any, study_name: str, limit: int) -> None:
     runs = store.runs(study_name)
     rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
                      objectives=record.objectives)
-    table = Table(title=f"{study_name}: {record.benchmark} ({record.preset}) on {record.space}")
+    table = Table(title=f"{literal(study_name)}: {literal(record.benchmark)} "
+                        f"({literal(record.preset)}) on {literal(record.space)}")
     for col in ("rank", "trial", "median step", "search speedup", "confirmed speedup (95% CI)",
                 "peak memory", "same program"):
         table.add_column(col, no_wrap=True)
@@ -57,7 +66,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from autotune.records import Role
 
     catalog = load_catalog()
-    table = Table(title=f"Pareto front of {record.name}: time vs peak memory "
+    table = Table(title=f"Pareto front of {literal(record.name)}: time vs peak memory "
                         "(none of these is beaten on both)")
     for col in ("trial", "search speedup", "confirmed speedup (95% CI)", "peak memory"):
         table.add_column(col, no_wrap=True)
@@ -97,17 +106,20 @@ def _confirmed_text(c: Any) -> str:
 
 
 def _print_footer(runs: list[Any]) -> None:
-    from autotune.analysis import outcome_counts
+    from autotune.analysis import measured_elsewhere, outcome_counts
 
     counts = ", ".join(f"{k}: {v}" for k, v in sorted(outcome_counts(runs).items()))
     sources = sorted({r.outcome.measurement.memory_source for r in runs
                       if r.outcome.measurement is not None})
     out.print(f"runs by outcome: {counts or 'none'}", highlight=False)
+    if same := measured_elsewhere(runs):
+        out.print(f"{same} trials compiled to a program another trial had timed: not timed "
+                  "again, each shown as that trial's row", highlight=False)
     out.print("speedup = baseline median step time / configuration's median step time. Search: "
               "one paired process per trial (baseline row: default vs default, the noise floor). "
               "Confirmed: re-measured in fresh processes interleaved with the baseline; an "
               "interval that holds 1.0 is no measurable gain.", highlight=False)
-    out.print(f"peak memory from: {', '.join(sources) or '-'}", highlight=False)
+    out.print(f"peak memory from: {literal(', '.join(sources)) or '-'}", highlight=False)
 
 
 def _print_backend_note(record: Any, runs: list[Any]) -> None:
@@ -117,8 +129,9 @@ def _print_backend_note(record: Any, runs: list[Any]) -> None:
     ran_on = measured_backend(runs)
     if record.space_backend in (None, "any") or ran_on in (None, record.space_backend):
         return
-    out.print(f"note: space '{record.space}' holds {record.space_backend} flags but the trials "
-              f"ran on {ran_on}: the flags had no effect to measure; differences are noise.",
+    out.print(f"note: space '{literal(record.space)}' holds {literal(record.space_backend)} "
+              f"flags but the trials ran on {literal(ran_on)}: the flags had no effect to "
+              "measure; differences are noise.",
               highlight=False)
 
 
@@ -161,9 +174,10 @@ def export(
     document = export_document(record, store.runs(study_name), load_catalog(), rank=rank)
     write_export(document, output)
     measured = document["measured"]
-    out.print(f"wrote {output}: trial {document['trial']}, ×{measured['speedup']:.3f} vs baseline "
-              f"({measured['verdict']})", highlight=False)
-    out.print(f"XLA_FLAGS additions: {document['xla_flags'] or '(none)'}", highlight=False)
+    out.print(f"wrote {literal(output)}: trial {document['trial']}, ×{measured['speedup']:.3f} "
+              f"vs baseline ({measured['verdict']})", highlight=False)
+    out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
+              highlight=False)
 
 
 def studies(storage: StorageOpt = DEFAULT_STORAGE) -> None:
@@ -173,7 +187,8 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE) -> None:
     store = open_store(storage, must_exist=True)
     table = Table("study", "space", "benchmark", "preset", "devices", "runs", "created")
     for rec in store.list_studies():
-        table.add_row(rec.name, rec.space, rec.benchmark, rec.preset, str(rec.devices),
+        table.add_row(literal(rec.name), literal(rec.space), literal(rec.benchmark),
+                      literal(rec.preset), str(rec.devices),
                       str(len(store.runs(rec.name))), rec.created_at.strftime("%Y-%m-%d %H:%M"))
     out.print(table)
 
@@ -221,6 +236,7 @@ def _stat_cells(m: Any) -> list[str]:
 
 
 def _run_note(run: Any) -> str:
+    """A run's flags, or the first 160 characters of its failure message, ready to print."""
     if not run.outcome.ok:
-        return run.outcome.message[:160]
+        return literal(run.outcome.message[:160])
     return fmt_flags(dict(run.flags), " ") if run.flags else "(baseline)"

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, fmt_bytes, open_store, out
+from autotune.cli._common import (
+    DEFAULT_STORAGE,
+    StorageOpt,
+    fmt_bytes,
+    literal,
+    one_of,
+    open_store,
+    out,
+)
 from autotune.cli.results import print_best
 
 
@@ -91,9 +99,12 @@ def study(
 
 
 def _workload(benchmark: str, script: Path | None, command: str | None) -> tuple[Any, Any]:
-    """The workload to tune: a built-in benchmark, the user's file, or the user's program."""
-    import shlex
+    """The workload to tune: a built-in benchmark, the user's file, or the user's program.
 
+    Raises:
+        UsageError: both --script and --command; a --command that does not
+            parse, is empty, or whose program cannot be run (see `_check_program`).
+    """
     from autotune import workloads
     from autotune.errors import UsageError
 
@@ -102,14 +113,53 @@ def _workload(benchmark: str, script: Path | None, command: str | None) -> tuple
     if script is not None:
         return workloads.resolve_script(str(script)), None
     if command is not None:
-        try:
-            argv = tuple(shlex.split(command))
-        except ValueError as exc:
-            raise UsageError(f"--command does not parse: {exc}") from None
-        if not argv:
-            raise UsageError("--command is empty; give the program to run")
+        argv = _command_argv(command)
         return workloads.command_info(argv), argv
     return workloads.resolve_benchmark(benchmark), None
+
+
+def _command_argv(command: str) -> tuple[str, ...]:
+    """--command split like a shell would (never run by one), its program checked runnable."""
+    import shlex
+
+    from autotune.errors import UsageError
+
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise UsageError(f"--command does not parse: {exc}") from None
+    if not argv:
+        raise UsageError("--command is empty; give the program to run")
+    _check_program(argv[0])
+    return argv
+
+
+def _check_program(program: str) -> None:
+    """Return if the launcher can execute `program`, else raise UsageError saying what to do.
+
+    It is resolved as the launcher's exec will: a bare name on PATH, a name with
+    a slash as a path relative to the current folder (each trial runs there).
+    Only whether it can start is checked, not what it does; nothing is written.
+    """
+    import shlex
+    import shutil
+
+    from autotune.errors import UsageError
+
+    if shutil.which(program) is not None:
+        return
+    head = f"program '{program}' of --command"
+    path = Path(program)
+    if os.sep not in program and (os.altsep is None or os.altsep not in program):
+        here = f"; to run the file in this folder, write ./{program}" if path.is_file() else ""
+        raise UsageError(f"{head} is not found on PATH: install it, or give its path{here}")
+    if not path.exists():
+        raise UsageError(f"{head} does not exist: check the path, which is relative to the "
+                         f"current folder {Path.cwd()}")
+    if path.is_dir():
+        raise UsageError(f"{head} is a directory, not a program: give the program's path")
+    raise UsageError(f"{head} is not executable: make it executable (chmod +x "
+                     f"{shlex.quote(program)}), or put its interpreter first in --command")
 
 
 def _size(text: str | None, option: str) -> int | None:
@@ -157,32 +207,26 @@ def _preflight(space: Any, drop_unknown: bool, allow_mismatch: bool) -> Any:
         noun = "flag" if len(checked.dropped) == 1 else "flags"
         out.print(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
                   f"{report.jaxlib_version}) does not know: "
-                  f"{', '.join('--' + f for f in checked.dropped)}", highlight=False)
+                  f"{literal(', '.join('--' + f for f in checked.dropped))}", highlight=False)
     for flag, values in checked.dropped_values.items():
-        out.print(f"left out values of --{flag} this XLA rejects: "
-                  f"{', '.join(map(str, values))}", highlight=False)
+        out.print(f"left out values of --{literal(flag)} this XLA rejects: "
+                  f"{literal(', '.join(map(str, values)))}", highlight=False)
     if checked.backend_mismatch:
-        out.print(f"[yellow]warning:[/] space '{space.name}' is for {space.backend}, JAX reports "
-                  f"{checked.backend} here: expect no effect to measure", highlight=False)
+        out.print(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
+                  f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
+                  "expect no effect to measure", highlight=False)
     return checked
 
 
 def _preset(preset: str) -> str:
     from autotune.bench import PRESETS
-    from autotune.errors import UsageError
 
-    if preset not in PRESETS:
-        raise UsageError(f"unknown preset '{preset}'. Known presets: {', '.join(PRESETS)}")
-    return preset
+    return one_of(preset, PRESETS, "preset")
 
 
 def _mode(mode: str, enum: Any) -> Any:
-    from autotune.errors import UsageError
-
-    try:
-        return enum(mode)
-    except ValueError:
-        raise UsageError(f"unknown mode '{mode}'. Known modes: paired, direct") from None
+    """The member of `enum` named by `mode`; UsageError naming the known ones otherwise."""
+    return enum(one_of(mode, (m.value for m in enum), "mode"))
 
 
 def _run_with_progress(runner: Any, plan: Any) -> None:
@@ -191,14 +235,15 @@ def _run_with_progress(runner: Any, plan: Any) -> None:
     runner.prepare()
     remaining = runner.remaining()
     if remaining == 0:
-        out.print(f"study '{plan.name}' already holds {plan.trials} trials; "
+        out.print(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
                   f"pass --trials {plan.trials + 10} to run more")
         return
     choice = runner.choice
-    out.print(f"study '{plan.name}': {plan.workload.name} ({plan.preset}, {plan.devices} devices) "
-              f"on space '{plan.space_name}', {remaining} trials to run, {plan.mode.value} timing; "
-              f"minimising {','.join(o.value for o in plan.objectives)} with {choice.name}"
-              + (f" ({choice.reason})" if choice.reason else "")
+    out.print(f"study '{literal(plan.name)}': {literal(plan.workload.name)} ({plan.preset}, "
+              f"{plan.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
+              f"to run, {plan.mode.value} timing; minimising "
+              f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
+              + (f" ({literal(choice.reason)})" if choice.reason else "")
               + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
                  if plan.memory_budget_bytes else ""), highlight=False)
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
@@ -223,7 +268,7 @@ def _print_summary(summary: Any) -> None:
                   "(same effective flags): their results were reused, not re-measured",
                   highlight=False)
     if summary.stopped:
-        out.print(f"stopped early: {summary.stopped}", highlight=False)
+        out.print(f"stopped early: {literal(summary.stopped)}", highlight=False)
 
 
 def _best_text(ev: Any) -> str:

@@ -178,8 +178,9 @@ class Space:
         """Every distinct configuration, as Optuna params for `study.enqueue_trial`.
 
         In the order of the units (file order); inactive units are left out,
-        so no two entries give the same configuration. Call it only when
-        `size()` is not None (a continuous float range has no grid).
+        so no two entries give the same configuration. It builds all `size()`
+        points in memory: call it only when `size()` is not None (a continuous
+        float range has no grid) and small (see `autotune.search.GRID_LIMIT`).
 
         Raises:
             ValueError: a param is a continuous float range.
@@ -187,27 +188,92 @@ class Space:
         return list(_walk(self.units, self.params, {}, {}))
 
     def size(self) -> int | None:
-        """The number of distinct configurations, or None when a float range is continuous."""
-        counts = {unit.key: _unit_count(unit, self.params) for unit in self.units}
-        if any(count is None for count in counts.values()):
-            return None
-        read = {name for unit in self.units for name in unit.when}
-        controllers = [u for u in self.units if read.intersection(u.members)]
-        others = [u for u in self.units if not read.intersection(u.members)]
-        return self._count(controllers, others, counts, {})
+        """The number of distinct configurations (`len(grid())`), or None when a float
+        range is continuous.
 
-    def _count(self, controllers: list[Unit], others: list[Unit],
-               counts: Mapping[str, int | None], values: Values) -> int:
-        if not controllers:
-            active = [counts[u.key] or 1 for u in others if u.is_active(values)]
-            return math.prod(active)
-        unit, rest = controllers[0], controllers[1:]
-        if not unit.is_active(values):
-            return self._count(rest, others, counts, values)
-        return sum(
-            self._count(rest, others, counts, {**values, **choice})
-            for choice in _unit_choices(unit, self.params)
-        )
+        Counted, never enumerated, so it is quick on a space of billions: units
+        that no condition links are independent and their counts multiply;
+        within linked units only the choices the conditions tell apart are
+        walked, each class of alike choices once, weighted by its size.
+        """
+        counts = {unit.key: _unit_count(unit, self.params) for unit in self.units}
+        known = {key: count for key, count in counts.items() if count is not None}
+        if len(known) < len(counts):
+            return None
+        wanted = _wanted_values(self.units)
+        return math.prod(_linked_count(part, self.params, known, wanted)
+                         for part in _linked_parts(self.units))
+
+
+def _wanted_values(units: Sequence[Unit]) -> dict[str, list[FlagValue]]:
+    """param name -> every value some unit's condition asks of it."""
+    wanted: dict[str, list[FlagValue]] = {}
+    for unit in units:
+        for name, value in unit.when.items():
+            wanted.setdefault(name, []).append(value)
+    return wanted
+
+
+def _linked_parts(units: Sequence[Unit]) -> list[list[Unit]]:
+    """The units split into parts that no condition links, each in the units' order."""
+    owner = {member: unit.key for unit in units for member in unit.members}
+    root = {unit.key: unit.key for unit in units}
+
+    def find(key: str) -> str:
+        while root[key] != key:
+            key = root[key]
+        return key
+
+    for unit in units:
+        for name in unit.when:
+            if name in owner:
+                root[find(owner[name])] = find(unit.key)
+    parts: dict[str, list[Unit]] = {}
+    for unit in units:
+        parts.setdefault(find(unit.key), []).append(unit)
+    return list(parts.values())
+
+
+def _linked_count(part: Sequence[Unit], params: Mapping[str, Param], counts: Mapping[str, int],
+                  wanted: Mapping[str, list[FlagValue]]) -> int:
+    """The distinct configurations of one linked part (`part` in an order conditions respect)."""
+    read = {name for unit in part for name in unit.when}
+    controllers = [u for u in part if read.intersection(u.members)]
+    others = [u for u in part if not read.intersection(u.members)]
+    classes = {u.key: _choice_classes(u, params, wanted) for u in controllers}
+    return _count(controllers, others, counts, classes, {})
+
+
+def _count(controllers: Sequence[Unit], others: Sequence[Unit], counts: Mapping[str, int],
+           classes: Mapping[str, list[tuple[Values, int]]], values: Values) -> int:
+    """Configurations below `values`: the controllers' classes walked, the others multiplied."""
+    if not controllers:
+        return math.prod(counts[u.key] or 1 for u in others if u.is_active(values))
+    unit, rest = controllers[0], controllers[1:]
+    if not unit.is_active(values):
+        return _count(rest, others, counts, classes, values)
+    return sum(weight * _count(rest, others, counts, classes, {**values, **choice})
+               for choice, weight in classes[unit.key])
+
+
+def _choice_classes(unit: Unit, params: Mapping[str, Param],
+                    wanted: Mapping[str, list[FlagValue]]) -> list[tuple[Values, int]]:
+    """A unit's choices in classes no condition tells apart: (a representative, class size).
+
+    Each value a condition asks for (and the param has) is a class of its own;
+    every other value and "unset" satisfy no condition alike, so they form one
+    class, represented by "unset" (None). A group's two choices are their own classes.
+    """
+    if unit.group is not None:
+        return [(choice, 1) for choice in _unit_choices(unit, params)]
+    param = params[unit.key]
+    told: list[FlagValue] = []
+    for value in wanted.get(param.name, []):
+        if param.contains(value) and not any(same_value(value, t) for t in told):
+            told.append(value)
+    rest = (param.count() or 0) - len(told)
+    classes: list[tuple[Values, int]] = [({param.name: v}, 1) for v in told]
+    return classes + ([({param.name: None}, rest)] if rest else [])
 
 
 def _walk(units: Sequence[Unit], params: Mapping[str, Param], values: Values,
