@@ -13,7 +13,7 @@ from typing import Any
 from autotune.confirm import Confirmation, confirmation
 from autotune.flags.compose import config_key, effective_config
 from autotune.measured import peak_memory, within_budget
-from autotune.records import FlagValue, Role, RunRecord
+from autotune.records import FlagValue, Role, RunRecord, StudyRecord
 
 
 @dataclass(frozen=True)
@@ -177,3 +177,40 @@ def outcome_counts(runs: list[RunRecord]) -> dict[str, int]:
 def measured_backend(runs: list[RunRecord]) -> str | None:
     """The backend the study's trials ran on (from their environment), if any ran."""
     return next((r.environment.backend for r in runs if r.environment is not None), None)
+
+
+def trial_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """Every run of a study as a plain row with stable keys (`trials --format json`).
+
+    Keys: `run`, `trial`, `role`, `outcome`, `message`, `flags` (the
+    configuration's flags as a mapping), `fingerprint`, `same_program_as`,
+    `timed_steps` (0 when no step was timed) and `median_step_s` (None then).
+    """
+    rows = []
+    for run in runs:
+        m = run.outcome.measurement
+        rows.append({
+            "run": run.id, "trial": run.trial_number, "role": run.role.value,
+            "outcome": run.outcome.kind.value, "message": run.outcome.message,
+            "flags": dict(run.flags),
+            "fingerprint": m.fingerprint if m else None,
+            "same_program_as": m.same_program_as if m else None,
+            "timed_steps": m.timed_steps if m else 0,
+            "median_step_s": m.median_s if m else None,
+        })
+    return rows
+
+
+def study_row(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
+    """One study as a plain row with stable keys (`studies --format json`).
+
+    Keys: `name`, `space`, `benchmark`, `preset`, `devices`, `trials` (distinct
+    trial numbers measured), `runs` (every run, confirmation included) and
+    `created` (ISO 8601).
+    """
+    return {
+        "name": record.name, "space": record.space, "benchmark": record.benchmark,
+        "preset": record.preset, "devices": record.devices,
+        "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
+        "runs": len(runs), "created": record.created_at.isoformat(),
+    }

@@ -21,6 +21,8 @@ from autotune.analysis import (
     over_budget,
     pareto_front,
     ranked,
+    study_row,
+    trial_rows,
 )
 from autotune.confirm import (
     Confirmation,
@@ -37,6 +39,7 @@ from autotune.records import (
     OutcomeKind,
     Role,
     RunRecord,
+    StudyRecord,
     TrialOutcome,
 )
 from autotune.stats import RatioEstimate
@@ -356,3 +359,28 @@ def test_outcome_counts_and_the_measured_backend():
     env = Environment("h", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 8)
     s.add(Role.SEARCH, {LEVEL: 3}, 1.0, environment=env)
     assert measured_backend(s.runs) == "cpu"
+
+
+def test_trial_rows_carry_every_run_with_its_stable_keys():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True, steps=4))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=Measurement((), 1.0, mode=MeasureMode.PAIRED,
+                                                        fingerprint="base", same_program_as=0))
+    s.add(Role.SEARCH, {LEVEL: 0}, None, kind=OutcomeKind.TIMEOUT)
+    rows = trial_rows(s.runs)
+    assert rows[0] == {"run": 1, "trial": 0, "role": "baseline", "outcome": "ok", "message": "",
+                       "flags": {}, "fingerprint": "base", "same_program_as": None,
+                       "timed_steps": 4, "median_step_s": 1.0}
+    assert rows[1]["timed_steps"] == 0 and rows[1]["same_program_as"] == 0
+    assert rows[1]["median_step_s"] is None and rows[1]["flags"] == {FAST: True}
+    assert rows[2] == {"run": 3, "trial": 2, "role": "search", "outcome": "timeout",
+                       "message": "", "flags": {LEVEL: 0}, "fingerprint": None,
+                       "same_program_as": None, "timed_steps": 0, "median_step_s": None}
+
+
+def test_a_study_row_counts_trials_and_runs():
+    s = study_with_confirmations()
+    record = StudyRecord("s", "cpu", "matmul", "tiny", 8, MeasureMode.PAIRED, WHEN)
+    assert study_row(record, s.runs) == {
+        "name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 8,
+        "trials": 8, "runs": 17, "created": "2026-01-01T00:00:00+00:00"}

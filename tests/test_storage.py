@@ -279,8 +279,8 @@ def test_upgrade_false_on_an_unmigrated_database(sqlite_url: str) -> None:
     with pytest.raises(StorageError) as raised:
         Store.open(sqlite_url, upgrade=False)
     assert raised.value.exit_code == 2
-    assert "has no autotune tables yet" in str(raised.value)
-    assert "`autotune db upgrade`" in str(raised.value)
+    assert "is not an autotune database (it holds no autotune tables)" in str(raised.value)
+    assert "run `autotune study ...` to create a study there" in str(raised.value)
 
 
 def test_upgrade_false_at_head_opens(sqlite_url: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,16 +65,45 @@ def sqlite_file(url: str) -> Path | None:
     return Path(url[len(prefix):]) if url.startswith(prefix) and url != prefix else None
 
 
-def open_store(url: str, must_exist: bool) -> Any:
-    """Open (and migrate) the store; for read commands a missing SQLite file is an error."""
-    from autotune.storage.store import Store
-
+def require_database(url: str) -> None:
+    """A read command's SQLite file must exist (opening it would create an empty one)."""
     file = sqlite_file(url)
-    if must_exist and file is not None and not file.exists():
+    if file is not None and not file.exists():
         raise StudyNotFoundError(
             f"no database at {file}: run `autotune study ...` first, or pass --storage URL"
         )
-    return Store.open(url)
+
+
+def open_store(url: str, must_exist: bool, write: bool = False) -> Any:
+    """Open the store. Reading never writes: only `write=True` creates or migrates tables.
+
+    For read commands (`must_exist`) a missing SQLite file is an error, and a
+    database that is not autotune's or not at the code's schema revision is
+    refused with what to do (`Store.open(upgrade=False)`).
+    """
+    from autotune.storage.store import Store
+
+    if must_exist:
+        require_database(url)
+    return Store.open(url, upgrade=write)
+
+
+class OutputFormat(StrEnum):
+    """How a reading command prints: a table for people, or JSON with stable keys."""
+
+    TABLE = "table"
+    JSON = "json"
+
+
+FormatOpt = Annotated[OutputFormat, typer.Option(
+    "--format", help="table (for people) or json (stable keys, for scripts)")]
+
+
+def print_json(value: Any) -> None:
+    """Write `value` as JSON on stdout: plain text, no markup, no wrapping."""
+    import json
+
+    typer.echo(json.dumps(value, indent=1))
 
 
 def friendly(func: Callable[..., None]) -> Callable[..., None]:

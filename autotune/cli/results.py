@@ -1,4 +1,4 @@
-"""`autotune best`, `export`, `studies` and `db upgrade`: reading what studies measured."""
+"""`autotune best`, `export`, `studies`, `trials` and `db`: reading what studies measured."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import typer
 
 from autotune.cli._common import (
     DEFAULT_STORAGE,
+    FormatOpt,
+    OutputFormat,
     StorageOpt,
     fmt_bytes,
     fmt_flags,
     literal,
     open_store,
     out,
+    print_json,
+    require_database,
 )
 
 
@@ -180,37 +184,67 @@ def export(
               highlight=False)
 
 
-def studies(storage: StorageOpt = DEFAULT_STORAGE) -> None:
+def studies(storage: StorageOpt = DEFAULT_STORAGE,
+            fmt: FormatOpt = OutputFormat.TABLE) -> None:
     """List the studies in the database."""
     from rich.table import Table
 
+    from autotune.analysis import study_row
+
     store = open_store(storage, must_exist=True)
-    table = Table("study", "space", "benchmark", "preset", "devices", "runs", "created")
-    for rec in store.list_studies():
-        table.add_row(literal(rec.name), literal(rec.space), literal(rec.benchmark),
-                      literal(rec.preset), str(rec.devices),
-                      str(len(store.runs(rec.name))), rec.created_at.strftime("%Y-%m-%d %H:%M"))
+    rows = [study_row(rec, store.runs(rec.name)) for rec in store.list_studies()]
+    if fmt is OutputFormat.JSON:
+        print_json(rows)
+        return
+    table = Table("study", "space", "benchmark", "preset", "devices", "trials", "runs",
+                  "created")
+    for row in rows:
+        table.add_row(literal(row["name"]), literal(row["space"]), literal(row["benchmark"]),
+                      literal(row["preset"]), str(row["devices"]), str(row["trials"]),
+                      str(row["runs"]), row["created"][:16].replace("T", " "))
     out.print(table)
 
 
 def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE) -> None:
-    """Migrate autotune's tables to the newest schema."""
-    store = open_store(storage, must_exist=False)
+    """Create or migrate autotune's tables to the newest schema."""
+    store = open_store(storage, must_exist=False, write=True)
     out.print(f"database at revision {store.current_revision()}")
 
+
+def db_current(storage: StorageOpt = DEFAULT_STORAGE,
+               fmt: FormatOpt = OutputFormat.TABLE) -> None:
+    """Show the schema revision of the database and the one this autotune needs (reads only)."""
+    from autotune.storage.store import HEAD_REVISION, revision_of
+
+    require_database(storage)
+    current = revision_of(storage)
+    if fmt is OutputFormat.JSON:
+        print_json({"current": current, "head": HEAD_REVISION,
+                    "up_to_date": current == HEAD_REVISION})
+        return
+    state = "up to date" if current == HEAD_REVISION else "run `autotune db upgrade`"
+    out.print(f"database at revision {literal(current or 'none')}; this autotune needs "
+              f"{HEAD_REVISION} ({state})", highlight=False)
 
 
 def trials(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     storage: StorageOpt = DEFAULT_STORAGE,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
     """Every measurement run of a study with its step-time statistics and outcome."""
     from rich.table import Table
 
+    from autotune.analysis import trial_rows
+
     store = open_store(storage, must_exist=True)
+    runs = store.runs(study_name)
+    if fmt is OutputFormat.JSON:
+        print_json(trial_rows(runs))
+        return
     table = Table("run", "trial", "role", "outcome", "median step (95% CI)", "IQR", "CV",
                   "outliers", "compile", "first step", "warm-up", "flags / message")
-    for run in store.runs(study_name):
+    for run in runs:
         table.add_row(str(run.id), str(run.trial_number), run.role.value,
                       run.outcome.kind.value, *_stat_cells(run.outcome.measurement),
                       _run_note(run))

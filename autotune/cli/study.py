@@ -90,7 +90,7 @@ def study(
         prune_margin=prune_margin if prune else None, objectives=objectives,
         memory_budget_bytes=budget,
     )
-    store = open_store(storage, must_exist=False)
+    store = open_store(storage, must_exist=False, write=True)
     runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
     _run_with_progress(runner, plan)
     if confirm and plan.objectives != (Objective.MEMORY,):

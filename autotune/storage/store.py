@@ -23,7 +23,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
-from sqlalchemy import Engine, create_engine, exc, select
+from sqlalchemy import Engine, create_engine, exc, inspect, select
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
@@ -151,13 +151,37 @@ def _migrate(engine: Engine, shown: str, upgrade: bool) -> None:
         if current == HEAD_REVISION:
             return
         if not upgrade:
-            found = "has no autotune tables yet" if current is None else f"is at {current!r}"
+            if current is None and not _has_autotune_tables(connection):
+                raise StorageError(
+                    f"the database {shown} is not an autotune database (it holds no autotune "
+                    "tables): check --storage, or run `autotune study ...` to create a study "
+                    "there")
+            if current is not None and not _known_revision(connection, current):
+                raise StorageError(
+                    f"the database {shown} is at {current!r}, a schema revision this autotune "
+                    "does not know: a newer autotune made it; upgrade autotune")
             raise StorageError(
-                f"the database {shown} {found}, this autotune needs schema revision "
+                f"the database {shown} is at schema revision {current!r}, this autotune needs "
                 f"{HEAD_REVISION!r}: run `autotune db upgrade` with the same --storage "
                 "to migrate it"
             )
         command.upgrade(_alembic_config(connection), "head")
+
+
+def _known_revision(connection: Connection, revision: str) -> bool:
+    """Whether `revision` is one of this autotune's migrations."""
+    from alembic.script import ScriptDirectory
+
+    try:
+        return ScriptDirectory.from_config(_alembic_config(connection)).get_revision(
+            revision) is not None
+    except CommandError:
+        return False
+
+
+def _has_autotune_tables(connection: Connection) -> bool:
+    """Whether any of autotune's own tables (or its version table) exists."""
+    return any(name.startswith("autotune_") for name in inspect(connection).get_table_names())
 
 
 def _revision_or_none(engine: Engine) -> str | None:
@@ -183,6 +207,28 @@ def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
             f"cannot migrate the database {shown}: {error}; if a newer autotune created it, "
             "upgrade autotune"
         ) from error
+
+
+def revision_of(url: str) -> str | None:
+    """The schema revision of autotune's tables at `url` (None: there are none). Writes nothing.
+
+    Raises:
+        StorageError: a bad URL, or a database that cannot be reached.
+    """
+    parsed = _parse_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    _check_sqlite_folder(parsed, shown)
+    engine = _create_engine(parsed, shown)
+    try:
+        with engine.connect() as connection:
+            return _current_revision(connection)
+    except exc.DBAPIError as error:
+        raise StorageError(
+            f"cannot open the database {shown}: {_reason(error)}; check that the database "
+            f"is reachable and the URL is right ({URL_HINT})"
+        ) from error
+    finally:
+        engine.dispose()
 
 
 def _study_named(session: Session, name: str) -> StudyRow | None:
@@ -246,8 +292,11 @@ class Store:
             url: a SQLAlchemy URL, e.g. `sqlite:///autotune.db` or
                 `postgresql://user@host/db`. A SQLite file is created if
                 missing, but its folder must exist.
-            upgrade: migrate the tables to `HEAD_REVISION` if needed; when
-                False, a database not at head raises instead.
+            upgrade: create or migrate the tables to `HEAD_REVISION` if
+                needed; when False (every command that only reads), nothing is
+                written and a database not at head raises instead: "not an
+                autotune database" without autotune's tables, else "run
+                `autotune db upgrade`".
 
         Raises:
             StorageError: see the class docstring; the message names the URL
