@@ -18,10 +18,12 @@ run again once.
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune._optuna import beating, fail_open_trial, has_role, quiet_experimental, trials_in
@@ -73,6 +75,24 @@ class StudyPlan:
     objectives: tuple[Objective, ...] = (Objective.TIME,)
     memory_budget_bytes: int | None = None
     heartbeat_s: int = 30
+
+    def recorded(self) -> dict[str, Any]:
+        """The plan fields stored with the study, beyond its columns (JSON-ready).
+
+        A re-run must ask for the same: the space file's and workload file's
+        content (hashed), the command, steps, warm-up, sampler, prune margin
+        and the time and memory limits of a trial. `trials` and `seed` may
+        change (running more trials continues the study).
+        """
+        return {
+            "space_sha256": _sha256(self.space.path),
+            "workload_sha256": None if self.command else _sha256(self.workload.path),
+            "command": list(self.command) if self.command else None,
+            "steps": self.steps, "warmup": self.warmup, "max_warmup": self.max_warmup,
+            "sampler": self.sampler, "prune_margin": self.prune_margin,
+            "timeout_per_trial": self.timeout_per_trial,
+            "memory_limit_bytes": self.memory_limit_bytes,
+        }
 
     def sampler_choice(self) -> SamplerChoice:
         """The sampler to run (`auto` resolved). Raises UsageError for a bad choice."""
@@ -133,7 +153,7 @@ class StudyRunner:
         self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode,
                                 space_backend=p.space.backend,
                                 objectives=[o.value for o in p.objectives],
-                                memory_budget_bytes=p.memory_budget_bytes)
+                                memory_budget_bytes=p.memory_budget_bytes, plan=p.recorded())
 
     def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> RunSummary:
         """Launch trials until the study holds `plan.trials` launched ones.
@@ -406,3 +426,10 @@ def _carried(outcome: TrialOutcome, prior: RunRecord) -> TrialOutcome:
     assert outcome.measurement is not None and prior.outcome.measurement is not None
     base = prior.outcome.measurement.baseline_fingerprint
     return replace(outcome, measurement=replace(outcome.measurement, baseline_fingerprint=base))
+
+
+def _sha256(path: Path | None) -> str | None:
+    """The first 16 hex digits of the file's SHA-256 (None without a file)."""
+    if path is None or not Path(path).is_file():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

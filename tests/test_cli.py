@@ -444,3 +444,37 @@ def test_a_program_measured_already_is_not_timed_again(tmp_path):
     best = invoke("best", "gpu-collectives-matmul-tiny", cwd=tmp_path).output
     assert [row[0] for row in table_rows(best)] == ["baseline"]  # one program to rank
     assert "3 trials compiled to a program another trial had timed: not timed again" in best
+
+
+TINY_SPACE = """schema_version: 1
+name: tiny
+description: one CPU flag
+backend: cpu
+params:
+  xla_cpu_enable_fast_math: {type: bool}
+"""
+
+
+@pytest.mark.slow
+def test_a_rerun_with_another_plan_exits_2_naming_each_field_and_writes_nothing(tmp_path):
+    space = tmp_path / "tiny.yaml"
+    space.write_text(TINY_SPACE)
+    first = ["study", "--space", str(space), "--benchmark", "matmul", "--preset", "tiny",
+             "--devices", "1", "--trials", "1", "--confirm", "0", "--steps", "5"]
+    assert invoke(*first, cwd=tmp_path).exit_code == 0
+    db = tmp_path / "autotune.db"
+    runs_before = len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny"))
+
+    other_steps = invoke(*first[:-1], "7", cwd=tmp_path)
+    assert other_steps.exit_code == 2, other_steps.output
+    assert "study 'tiny-matmul-tiny' was created with steps 5 (asked for 7): resume it " \
+           "with its original settings" in " ".join(other_steps.output.split())
+
+    space.write_text(TINY_SPACE.replace("one CPU flag", "one CPU flag, edited"))
+    edited = invoke(*first, cwd=tmp_path)
+    assert edited.exit_code == 2 and "space_sha256" in edited.output
+    assert len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny")) == runs_before
+
+    space.write_text(TINY_SPACE)
+    again = invoke(*first[:9], "--trials", "2", *first[11:], cwd=tmp_path)  # more trials: fine
+    assert again.exit_code == 0, again.output

@@ -625,3 +625,31 @@ def test_a_file_that_is_no_database(tmp_path: Path) -> None:
     junk.write_bytes(b"this is not a database\n" * 100)
     with pytest.raises(StorageError, match="cannot open the database .*not a database"):
         Store.open(f"sqlite:///{junk}")
+
+
+# --- the study's plan ----------------------------------------------------------------------
+
+PLAN = {"space_sha256": "aaaa", "workload_sha256": "bbbb", "command": None, "steps": 20,
+        "warmup": 2, "max_warmup": 30, "sampler": "auto", "prune_margin": 1.3,
+        "timeout_per_trial": 300.0, "memory_limit_bytes": None}
+
+
+def test_a_study_keeps_its_plan_and_refuses_another_naming_each_field(url: str) -> None:
+    with Store.open(url) as opened:
+        opened.ensure_study("p", "cpu", "matmul", "tiny", 1, "paired", plan=PLAN)
+        opened.ensure_study("p", "cpu", "matmul", "tiny", 1, "paired", plan=dict(PLAN))  # same
+        other = {**PLAN, "steps": 7, "space_sha256": "cccc"}
+        with pytest.raises(StudyMismatchError) as raised:
+            opened.ensure_study("p", "cpu", "matmul", "small", 1, "paired", plan=other)
+    message = str(raised.value)
+    assert raised.value.exit_code == 2
+    assert message.startswith("study 'p' was created with preset 'tiny' (asked for 'small'); "
+                              "space_sha256 'aaaa' (asked for 'cccc'); steps 20 (asked for 7): ")
+    assert "resume it with its original settings" in message and "pick a new --name" in message
+
+
+def test_a_study_made_before_plans_were_stored_is_compared_on_its_columns(url: str) -> None:
+    with Store.open(url) as opened:
+        opened.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired")  # no plan
+        record = opened.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired", plan=PLAN)
+    assert record.name == "old"

@@ -162,17 +162,24 @@ class StudyRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
     objectives: Mapped[str] = mapped_column(String(64), server_default="time")
     memory_budget_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode",
                                            "objectives", "memory_budget_bytes")
 
     def differences(self, other: StudyRow) -> list[str]:
-        """`setting: mine != other's` for each setting in which the two studies differ."""
-        return [
-            f"{key} {getattr(self, key)!r} (asked for {getattr(other, key)!r})"
-            for key in self.SETTINGS
-            if getattr(self, key) != getattr(other, key)
-        ]
+        """`setting mine (asked for other's)` for each setting in which the two studies differ.
+
+        The columns always count; the plan's fields count when both rows have a
+        plan (a study made before plans were stored has none).
+        """
+        mine = {key: getattr(self, key) for key in self.SETTINGS}
+        theirs = {key: getattr(other, key) for key in self.SETTINGS}
+        if self.plan is not None and other.plan is not None:
+            mine.update(self.plan)
+            theirs.update(other.plan)
+        return [f"{key} {mine.get(key)!r} (asked for {theirs.get(key)!r})"
+                for key in dict.fromkeys([*mine, *theirs]) if mine.get(key) != theirs.get(key)]
 
     def to_record(self) -> StudyRecord:
         """The plain record of this row."""

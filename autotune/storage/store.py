@@ -48,7 +48,7 @@ from autotune.storage.models import (
     outcome_columns,
 )
 
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 SQLITE_TIMEOUT_S = 30.0
@@ -253,8 +253,9 @@ def _check_same_settings(existing: StudyRow, wanted: StudyRow) -> None:
     differences = existing.differences(wanted)
     if differences:
         raise StudyMismatchError(
-            f"study {existing.name!r} was created with {'; '.join(differences)}; "
-            "pick a new --name to study other settings, or resume with the original ones"
+            f"study {existing.name!r} was created with {'; '.join(differences)}: resume it "
+            "with its original settings (the first value of each), or pick a new --name to "
+            "study other settings"
         )
 
 
@@ -365,15 +366,19 @@ class Store:
         space_backend: str | None = None,
         objectives: Sequence[str] = ("time",),
         memory_budget_bytes: int | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> StudyRecord:
         """Create the study, or return it if it exists with the same settings.
 
         `space_backend` (the backend the space's flags are for) is kept for
-        reports; it is not a setting that must match on resume.
+        reports; it is not a setting that must match on resume. `plan` holds
+        the rest of what shapes a measurement (JSON-ready values); it must match
+        too when the stored study has one.
 
         Raises:
             StudyMismatchError: the study exists with a different space,
-                benchmark, preset, devices, mode, objectives or memory budget.
+                benchmark, preset, devices, mode, objectives, memory budget or
+                plan field; the message names each with both values.
         """
         wanted = StudyRow(
             name=name,
@@ -385,6 +390,7 @@ class Store:
             space_backend=space_backend,
             objectives=",".join(objectives),
             memory_budget_bytes=memory_budget_bytes,
+            plan=dict(plan) if plan is not None else None,
         )
         existing = self._get_or_insert(lambda session: _study_named(session, name), wanted)
         _check_same_settings(existing, wanted)
