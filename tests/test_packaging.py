@@ -53,6 +53,20 @@ def test_wheel_carries_spaces_benchmarks_and_migrations(installed, tmp_path):
     assert {"cpu", "gpu-collectives"} <= set(facts["spaces"])
     assert {"matmul", "transformer"} <= set(facts["benchmarks"])
     assert facts["rev"] is not None
+    shipped = installed / "autotune" / "_data" / "benchmarks"
+    assert (shipped / "examples" / "my_step.py").is_file()
+    assert not (shipped / "scripts").exists() and not (shipped / "tables").exists()
+
+
+def test_every_workload_is_in_the_wheel_and_no_script_or_table_is():
+    """force-include names each workload (it ignores excludes): a new one must be added."""
+    import tomllib
+
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"]["wheel"]["force-include"]
+    workloads = {f"benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.py")}
+    assert workloads | {"benchmarks/examples"} <= set(wheel)
+    assert not [source for source in wheel if "scripts" in source or "tables" in source]
 
 
 @pytest.mark.slow
