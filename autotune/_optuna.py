@@ -16,6 +16,42 @@ if TYPE_CHECKING:
     import optuna
 
 
+#: How often opening Optuna's storage is retried while another process creates its tables.
+STORAGE_ATTEMPTS = 12
+
+
+def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> Any:
+    """The one way autotune opens Optuna's storage for a database URL.
+
+    Reading (`create=False`) never creates Optuna's tables. Creating retries,
+    with a short backoff, while another process creates the same tables at
+    the same moment (a brand-new database opened by two processes). With
+    `heartbeat_s`, a worker that stops beating for twice that long has its
+    trial failed and retried once (Optuna's heartbeat).
+    """
+    import random
+    import time
+
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    extra: dict[str, Any] = {}
+    if heartbeat_s:
+        with quiet_experimental():
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+        extra = {"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
+                 "heartbeat_stale_trial_callback": retry}
+    for attempt in range(STORAGE_ATTEMPTS):
+        try:
+            with quiet_experimental():
+                return optuna.storages.RDBStorage(url, skip_table_creation=not create, **extra)
+        except SQLAlchemyError:
+            if not create or attempt == STORAGE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
+    raise AssertionError("unreachable")
+
+
 def fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
     """Tell Optuna an interrupted trial failed, unless it was told already."""
     from optuna.exceptions import UpdateFinishedTrialError

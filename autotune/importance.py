@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from autotune._optuna import rdb_storage
 from autotune.errors import StudyNotFoundError
 from autotune.records import Measurement, Role, RunRecord
 
@@ -81,10 +82,13 @@ def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
         StudyNotFoundError: Optuna holds no study of that name.
     """
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        study = optuna.load_study(study_name=study_name, storage=storage_url)
-    except KeyError as error:
+        study = optuna.load_study(study_name=study_name,
+                                  storage=rdb_storage(storage_url, create=False))
+    except (KeyError, SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:
+        # no such study, or no Optuna tables at all (reading never creates them)
         raise StudyNotFoundError(
             f"study {study_name!r} has no Optuna trials in the database yet; "
             "start it with `autotune study --name NAME ...`"

@@ -26,7 +26,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune._optuna import beating, fail_open_trial, has_role, quiet_experimental, trials_in
+from autotune._optuna import (
+    beating,
+    fail_open_trial,
+    has_role,
+    quiet_experimental,
+    rdb_storage,
+    trials_in,
+)
 from autotune._proc import deferred_interrupt, raise_if_interrupted
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
@@ -260,17 +267,10 @@ class StudyRunner:
         )
 
     def _optuna_storage(self) -> Any:
-        """An RDB storage with heartbeats for a URL (stale trials failed, retried once)."""
+        """Optuna's storage with heartbeats (stale trials failed, retried once)."""
         if not isinstance(self.storage, str):
             return self.storage
-        import optuna
-
-        interval = self.plan.heartbeat_s
-        with quiet_experimental():
-            return optuna.storages.RDBStorage(
-                self.storage, heartbeat_interval=interval, grace_period=2 * interval,
-                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
-                    max_retry=1))
+        return rdb_storage(self.storage, create=True, heartbeat_s=self.plan.heartbeat_s)
 
     def _enqueue_next(self, study: optuna.Study, index: MeasuredIndex) -> bool:
         """Queue the baseline, the recommended configuration, or the next grid point.

@@ -12,6 +12,8 @@ import math
 import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -653,3 +655,39 @@ def test_a_study_made_before_plans_were_stored_is_compared_on_its_columns(url: s
         opened.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired")  # no plan
         record = opened.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired", plan=PLAN)
     assert record.name == "old"
+
+
+# --- a brand-new database opened by several processes at once ----------------------------
+
+OPENER = """
+import sys, time
+from autotune._optuna import rdb_storage
+from autotune.storage import Store
+url, start = sys.argv[1], float(sys.argv[2])
+while time.time() < start:
+    pass
+store = Store.open(url)
+store.ensure_study("race", "cpu", "matmul", "tiny", 1, "paired")
+import optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.create_study(study_name="race", storage=rdb_storage(url, create=True),
+                    load_if_exists=True)
+print("opened")
+"""
+
+
+def test_processes_creating_one_new_database_at_once_all_succeed(url: str) -> None:
+    """Seen before the fix: 'table ... already exists' and 'UNIQUE constraint failed:
+    alembic_version.version_num' tracebacks from the losers of the race."""
+    import time
+
+    start = time.time() + 3.0  # every process imported and waiting by then
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(start)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    for (stdout, stderr), proc in zip(results, procs, strict=True):
+        assert proc.returncode == 0 and stdout.strip() == "opened", stderr[-2000:]
+        assert "Traceback" not in stderr
+    with Store.open(url) as opened:
+        assert [s.name for s in opened.list_studies()] == ["race"]

@@ -11,7 +11,9 @@ out plain records from `autotune.records`, never ORM rows.
 from __future__ import annotations
 
 import importlib.util
+import random
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -192,21 +194,35 @@ def _revision_or_none(engine: Engine) -> str | None:
         return None
 
 
+#: How often a process retries creating the schema while another creates it too.
+SCHEMA_ATTEMPTS = 12
+
+
 def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
-    try:
-        _migrate(engine, shown, upgrade)
-    except exc.DBAPIError as error:
-        if upgrade and _revision_or_none(engine) == HEAD_REVISION:
-            return  # another process migrated the same database at the same moment
-        raise StorageError(
-            f"cannot open the database {shown}: {_reason(error)}; check that the database "
-            f"is reachable and the URL is right ({URL_HINT})"
-        ) from error
-    except CommandError as error:
-        raise StorageError(
-            f"cannot migrate the database {shown}: {error}; if a newer autotune created it, "
-            "upgrade autotune"
-        ) from error
+    """Check (and with `upgrade`, create or migrate) autotune's tables.
+
+    Two processes that open a brand-new database at once both try to create
+    it; the one that loses the race waits for the other's tables (a short
+    backoff, `SCHEMA_ATTEMPTS` tries) instead of failing.
+    """
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            _migrate(engine, shown, upgrade)
+            return
+        except exc.DBAPIError as error:
+            if not upgrade or attempt == SCHEMA_ATTEMPTS - 1:
+                raise StorageError(
+                    f"cannot open the database {shown}: {_reason(error)}; check that the "
+                    f"database is reachable and the URL is right ({URL_HINT})"
+                ) from error
+            time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
+            if _revision_or_none(engine) == HEAD_REVISION:
+                return  # another process migrated the same database at the same moment
+        except CommandError as error:
+            raise StorageError(
+                f"cannot migrate the database {shown}: {error}; if a newer autotune created "
+                "it, upgrade autotune"
+            ) from error
 
 
 def revision_of(url: str) -> str | None:
