@@ -214,3 +214,24 @@ def study_row(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
         "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
         "runs": len(runs), "created": record.created_at.isoformat(),
     }
+
+
+def best_row_json(row: BestRow) -> dict[str, Any]:
+    """One row of `best` with stable keys (`best --format json`).
+
+    Keys: `rank` (None for the baseline), `trial`, `flags_changed`,
+    `median_step_s`, `search_speedup` (the search's own figure),
+    `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
+    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
+    not confirmed), `peak_memory_bytes` and `same_program` (as the baseline's).
+    """
+    c = row.confirmation
+    estimate = c.estimate if c is not None else None
+    return {
+        "rank": row.rank, "trial": row.run.trial_number, "flags_changed": dict(row.changed),
+        "median_step_s": row.median_s, "search_speedup": row.speedup,
+        "confirmed_speedup": estimate.speedup if estimate else (1.0 if row.confirmed else None),
+        "confirmed_interval": list(estimate.speedup_interval) if estimate else None,
+        "verdict": c.verdict() if c is not None else None,
+        "peak_memory_bytes": row.peak_memory_bytes, "same_program": row.same_program,
+    }

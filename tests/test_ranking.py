@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from autotune.analysis import (
+    best_row_json,
     best_rows,
     changed_flags,
     confirmed_order,
@@ -384,3 +385,31 @@ def test_a_study_row_counts_trials_and_runs():
     assert study_row(record, s.runs) == {
         "name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 8,
         "trials": 8, "runs": 17, "created": "2026-01-01T00:00:00+00:00"}
+
+
+def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
+    rows = best_rows(study_with_confirmations().runs, load_catalog(), limit=3)
+    doc = [best_row_json(row) for row in rows]
+    assert [(d["rank"], d["trial"]) for d in doc] == [(None, 0), (1, 2), (2, 4), (3, 1)]
+    base, real, slow, lucky = doc
+    assert base["confirmed_speedup"] is None and base["verdict"] is None
+    assert base["same_program"] is True and base["flags_changed"] == {}
+    assert real["flags_changed"] == {FAST: True} and real["verdict"] == "faster"
+    assert real["search_speedup"] == pytest.approx(1 / 0.85)
+    assert real["confirmed_speedup"] == pytest.approx(1 / 0.88)
+    low, high = real["confirmed_interval"]
+    assert low == pytest.approx(1 / 0.88) == high  # constant steps: a point interval
+    assert real["median_step_s"] == 0.85 and real["peak_memory_bytes"] is None
+    assert lucky["verdict"] == "no measurable gain" and lucky["confirmed_speedup"] == 1.0
+    assert sorted(real) == sorted(["rank", "trial", "flags_changed", "median_step_s",
+                                   "search_speedup", "confirmed_speedup",
+                                   "confirmed_interval", "verdict", "peak_memory_bytes",
+                                   "same_program"])
+
+
+def test_a_no_op_row_is_confirmed_at_one_without_an_interval():
+    s = Runs()
+    s.add(Role.SEARCH, {WIDTH: 256}, 0.9, m=measurement(0.9, same=True))
+    [row] = [best_row_json(r) for r in best_rows(s.runs, load_catalog())]
+    assert (row["confirmed_speedup"], row["confirmed_interval"], row["verdict"]) == (
+        1.0, None, "no measurable gain")

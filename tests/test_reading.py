@@ -141,6 +141,16 @@ def test_studies_as_json_lists_each_study_with_stable_keys(study_db):
     assert row["created"][:4].isdigit() and "T" in row["created"]
 
 
+def test_best_as_json_lists_the_baseline_then_the_ranked_programs(study_db):
+    result = invoke("best", "s", "--format", "json", url=url_of(study_db))
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [(r["rank"], r["trial"]) for r in rows] == [(None, 0), (1, 1)]  # trial 2: trial 1's
+    assert rows[1]["flags_changed"] == {"xla_cpu_enable_fast_math": True}
+    assert rows[1]["search_speedup"] == pytest.approx(1 / 0.9)
+    assert rows[1]["verdict"] is None and rows[1]["confirmed_speedup"] is None
+
+
 def test_an_unknown_format_is_refused(study_db):
     result = invoke("studies", "--format", "xml", url=url_of(study_db))
     assert result.exit_code == 2 and "xml" in result.output

@@ -22,17 +22,20 @@ from autotune.cli._common import (
 )
 
 
-def print_best(store: Any, study_name: str, limit: int) -> None:
-    """The best table of a study and the notes that qualify it."""
+def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> None:
+    """The best table of a study and the notes that qualify it (or its rows as JSON)."""
     from rich.table import Table
 
-    from autotune.analysis import best_rows
+    from autotune.analysis import best_row_json, best_rows
     from autotune.flags.catalog import load_catalog
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
     rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
                      objectives=record.objectives)
+    if fmt == OutputFormat.JSON:
+        print_json([best_row_json(row) for row in rows])
+        return
     table = Table(title=f"{literal(study_name)}: {literal(record.benchmark)} "
                         f"({literal(record.preset)}) on {literal(record.space)}")
     for col in ("rank", "trial", "median step", "search speedup", "confirmed speedup (95% CI)",
@@ -156,10 +159,11 @@ def best(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     storage: StorageOpt = DEFAULT_STORAGE,
     top: Annotated[int, typer.Option(min=1, help="How many configurations to show.")] = 10,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
     """Show the best configurations of a study against its baseline."""
     store = open_store(storage, must_exist=True)
-    print_best(store, study_name, limit=top)
+    print_best(store, study_name, limit=top, fmt=fmt)
 
 
 def export(
