@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -12,24 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from cli_runner import invoke
 
-from autotune.cli import app
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
-runner = CliRunner()
 STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
          "--steps", "5", "--warmup", "1", "--seed", "3", "--confirm", "0"]
-
-
-def invoke(*args: str, cwd: Path):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return runner.invoke(app, list(args))
-    finally:
-        os.chdir(old)
 
 
 @pytest.fixture(scope="module")

@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from cli_runner import invoke
 
-from autotune.cli import app
 from autotune.flags.catalog import Backend, Channel
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
-
-runner = CliRunner()
-
-
-def invoke(*args: str, cwd: Path):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return runner.invoke(app, list(args))
-    finally:
-        os.chdir(old)
-
 
 # --- 1. flags list: an unknown --backend or --channel is a usage error ----------------------
 
