@@ -52,6 +52,35 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     raise AssertionError("unreachable")
 
 
+#: `outcome` user attributes of trials that measured nothing and stand for nothing:
+#: stopped by a signal or a dead process, or set aside because another process had claimed
+#: the configuration (`duplicate`) or the study was full (`not_needed`).
+SET_ASIDE = frozenset({"interrupted", "duplicate", "not_needed"})
+
+
+def set_aside(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
+    """Fail `trial` unmeasured, its `outcome` saying `why` (one of `SET_ASIDE`)."""
+    from optuna.trial import TrialState
+
+    assert why in SET_ASIDE
+    trial.set_user_attr("outcome", why)
+    study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def fail_trial_id(study: optuna.Study, trial_id: int) -> int:
+    """Fail the RUNNING trial `trial_id` of a dead process as `interrupted`; 1 if it was
+    still running, 0 if another process finished it first."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    try:
+        storage.set_trial_user_attr(trial_id, "outcome", "interrupted")
+        return int(storage.set_trial_state_values(trial_id, TrialState.FAIL))
+    except UpdateFinishedTrialError:
+        return 0
+
+
 def fail_open_trial(study: optuna.Study, trial: optuna.Trial) -> None:
     """Tell Optuna an interrupted trial failed, unless it was told already."""
     from optuna.exceptions import UpdateFinishedTrialError
@@ -112,6 +141,8 @@ def trials_in(study: optuna.Study, state: str) -> list[Any]:
 
 
 def has_role(study: optuna.Study, role: Role) -> bool:
-    """Whether a trial of `role` has been run (finished) or is queued."""
-    return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False)
-               if t.state.is_finished() or t.state.name == "WAITING")
+    """Whether a trial of `role` is queued, running or finished, not counting those set
+    aside (interrupted, duplicate, not needed): those are to be run again."""
+    return any(t.user_attrs.get("role") == role.value
+               and t.user_attrs.get("outcome") not in SET_ASIDE
+               for t in study.get_trials(deepcopy=False))

@@ -1,15 +1,15 @@
-"""Run a child process safely (bottom layer: no autotune imports).
+"""Run a child process safely (bottom layer: imports only `autotune._guard`).
 
 Used by the trial launcher and by the flag probe. A child runs without a shell,
-in its own session, under a hard time limit; on timeout its whole process
-group is killed.
+in its own session, under a hard time limit, behind a guard (`autotune._guard`)
+that takes it down when this process dies, however it dies; on timeout its
+whole process group is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import signal
 import subprocess
 import threading
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from autotune._guard import argv_for
 
 TAIL_BYTES = 4000
 
@@ -42,7 +44,8 @@ class Finished:
 
 
 def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: float,
-                memory_limit_bytes: int | None = None, workdir: Path | None = None) -> Finished:
+                memory_limit_bytes: int | None = None, workdir: Path | None = None,
+                scratch: Path | None = None) -> Finished:
     """Run `argv` without a shell, in its own session, under a hard time limit.
 
     On timeout the whole process group is killed with SIGKILL. stdout and stderr
@@ -50,14 +53,20 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
     `memory_limit_bytes` caps the child's address space (RLIMIT_AS), so a
     configuration that needs too much memory fails alone instead of taking the
     machine down. The logs go to `cwd`; the child runs in `workdir` (default `cwd`).
+
+    The child runs behind `autotune._guard`: if this process dies (SIGKILL
+    included) the guard kills the child's whole group and removes `scratch`.
+    The kernel ties that to the thread that forks, so call this from a thread
+    that outlives the child (the main thread). Nothing here uses `preexec_fn`,
+    which is unsafe once another thread (a heartbeat) runs.
     """
     out_path, err_path = cwd / "stdout.txt", cwd / "stderr.txt"
     start = time.monotonic()
+    guarded = argv_for(os.getpid(), memory_limit_bytes, scratch, argv)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(
-            argv, env=dict(env), cwd=workdir or cwd, stdout=out, stderr=err,
+            guarded, env=dict(env), cwd=workdir or cwd, stdout=out, stderr=err,
             stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_limit_memory(memory_limit_bytes),
         )
         timed_out = False
         try:
@@ -78,14 +87,19 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
     )
 
 
-def _limit_memory(limit: int | None) -> Callable[[], None] | None:
-    if limit is None:
-        return None
-
-    def apply() -> None:  # runs in the child between fork and exec
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this machine runs (a zombie, dead but not reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): kill(0) said it exists
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -96,64 +110,83 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-#: Set by `interrupt_latch`'s handler: a Ctrl-C was received (raised or not); only
-#: that handler sets it, and the latch clears it on both ends.
-_interrupted = threading.Event()
+#: The signals that stop a study the way Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal (SIGINT, SIGTERM or SIGHUP), raised like Ctrl-C; `signum` says which.
+
+    A KeyboardInterrupt, so every `except BaseException` that cleans up after
+    Ctrl-C (kill the trial's process group, mark the trial interrupted)
+    cleans up after SIGTERM and SIGHUP too.
+    """
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: The stop signal that `interrupt_latch`'s handler received (raised or not), None
+#: when none; only that handler sets it, and the latch clears it on both ends.
+_received: list[int] = []
 
 
 @contextlib.contextmanager
-def _sigint_handler(handler: Callable[[int, object], None]) -> Iterator[None]:
-    """`handler` answers SIGINT for the block (main thread only: elsewhere, nothing)."""
+def _stop_handler(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """`handler` answers every stop signal for the block (main thread only: elsewhere,
+    nothing)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _latch(signum: int, frame: object) -> None:
-    _interrupted.set()
-    raise KeyboardInterrupt
+    _received.append(signum)
+    raise Interrupted(signum)
 
 
 @contextlib.contextmanager
 def interrupt_latch() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt as usual and is also remembered.
+    """A stop signal raises `Interrupted` (a KeyboardInterrupt) and is also remembered.
 
     Python drops an exception raised inside a garbage-collection callback
     ("Exception ignored in: ..."); a Ctrl-C that lands there would be lost and
     the study would run on (seen: SQLAlchemy's `_collection_gced`). Long loops
-    call `raise_if_interrupted` between trials so such a Ctrl-C still stops
+    call `raise_if_interrupted` between trials so such a signal still stops
     them. Outside the main thread it does nothing.
     """
-    _interrupted.clear()
+    _received.clear()
     try:
-        with _sigint_handler(_latch):
+        with _stop_handler(_latch):
             yield
     finally:
-        _interrupted.clear()
+        _received.clear()
 
 
 def raise_if_interrupted() -> None:
-    """Raise KeyboardInterrupt if `interrupt_latch` saw a Ctrl-C that was swallowed."""
-    if _interrupted.is_set():
-        raise KeyboardInterrupt
+    """Raise `Interrupted` if `interrupt_latch` saw a stop signal that was swallowed."""
+    if _received:
+        raise Interrupted(_received[0])
 
 
 @contextlib.contextmanager
 def deferred_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C back until the block ends, then raise KeyboardInterrupt.
+    """Hold stop signals back until the block ends, then raise `Interrupted`.
 
     For short bookkeeping (a trial created, a result recorded and told) that
     must not be cut in half. Outside the main thread it does nothing. The
-    held Ctrl-C is raised when the block ends, so it is never lost and is not
+    held signal is raised when the block ends, so it is never lost and is not
     remembered by `interrupt_latch` (which would stop a later loop with it).
     """
     received: list[int] = []
-    with _sigint_handler(lambda signum, frame: received.append(signum)):
+    with _stop_handler(lambda signum, frame: received.append(signum)):
         yield
     if received:
-        raise KeyboardInterrupt
+        raise Interrupted(received[0])

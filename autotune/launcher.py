@@ -105,6 +105,7 @@ class SubprocessLauncher(Launcher):
             finished = run_bounded(
                 self._argv(request), self._child_env(request, scratch), scratch,
                 request.timeout_s, request.memory_limit_bytes, request.workdir,
+                scratch=None if self.keep_scratch else scratch,
             )
             return self._outcome(request, finished, scratch / "result.json")
         finally:

@@ -28,12 +28,12 @@ class MeasuredIndex:
         catalog: the flag catalog (for XLA's defaults).
         runs: key (`config_key` of the effective flags) -> run; an OK run
             is preferred over a failed one of the same configuration.
-        launched: runs of the measured roles (what `--trials` counts).
+        in_flight: keys that processes are measuring now (running claims).
     """
 
     catalog: Any
     runs: dict[str, RunRecord] = field(default_factory=dict)
-    launched: int = 0
+    in_flight: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, runs: Iterable[RunRecord], catalog: Any) -> MeasuredIndex:
@@ -55,7 +55,6 @@ class MeasuredIndex:
         """Index one run (runs of other roles, e.g. confirmation, are ignored)."""
         if run.role not in MEASURED_ROLES:
             return
-        self.launched += 1
         key = self.key(run.flags)
         held = self.runs.get(key)
         if held is None or (run.outcome.ok and not held.outcome.ok):
@@ -65,18 +64,18 @@ class MeasuredIndex:
         """Whether the baseline has been measured successfully."""
         return any(r.role is Role.BASELINE and r.outcome.ok for r in self.runs.values())
 
-    def known_programs(self, host: str) -> dict[str, int]:
-        """Program fingerprint -> the trial that timed it, for programs timed on `host`.
+    def known_programs(self) -> dict[str, int]:
+        """Program fingerprint -> the trial that timed it.
 
         Only successful runs with timed steps and a ratio count: a program that
-        one of them measured need not be timed again on the same machine.
+        one of them measured need not be timed again in the same environment
+        (the index holds one environment's runs, see `Store.runs(env_key=...)`).
         """
         known: dict[str, int] = {}
         for run in sorted(self.runs.values(), key=lambda r: r.id):
             m = run.outcome.measurement
             if (run.outcome.ok and run.ratio and m is not None and m.timed_steps
-                    and m.fingerprint and run.trial_number is not None
-                    and run.environment is not None and run.environment.host == host):
+                    and m.fingerprint and run.trial_number is not None):
                 known.setdefault(m.fingerprint, run.trial_number)
         return known
 

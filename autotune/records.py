@@ -197,8 +197,56 @@ class RunRecord:
     created_at: datetime
     environment: Environment | None = None
     ratio: float | None = None
+    env_key: str | None = None
 
     @property
     def speedup(self) -> float | None:
         """Baseline time over this run's time (above 1 is faster)."""
         return 1 / self.ratio if self.ratio else None
+
+
+class ClaimState(StrEnum):
+    """Where a claim on a configuration stands.
+
+    RUNNING: a process measures it now. DONE: measured (its run is stored).
+    INTERRUPTED: the process stopped or died first; anyone may claim it again.
+    RETRY: measured, but the measurement is to be taken again (a failed baseline).
+    """
+
+    RUNNING = "running"
+    DONE = "done"
+    INTERRUPTED = "interrupted"
+    RETRY = "retry"
+
+
+class ClaimVerdict(StrEnum):
+    """What `Store.claim` answered: CLAIMED (measure it), TAKEN (another process has it or
+    had it), FULL (the study holds its trials)."""
+
+    CLAIMED = "claimed"
+    TAKEN = "taken"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """One claim: a process's right to measure one configuration in one environment.
+
+    `key` is the text that identifies the measurement (a configuration's
+    effective flags, or a confirmation round); the store keeps its hash unique
+    per (study, `env_key`). `owner_host` and `owner_pid` name the process that
+    holds (or held) it.
+    """
+
+    id: int
+    study_name: str
+    env_key: str
+    key: str
+    role: Role
+    flags: Mapping[str, FlagValue]
+    trial_number: int | None
+    state: ClaimState
+    owner_host: str
+    owner_pid: int
+    run_id: int | None
+    claimed_at: datetime

@@ -12,14 +12,21 @@ a proposal whose effective flags were measured already is told the recorded
 result without a launch (`autotune.measured`), and `--trials` counts launches.
 With a memory budget, a configuration above it is infeasible through Optuna's
 constraints (`trial.set_constraint`), and the `feasible` user attribute says so.
-A trial left running by a killed process is failed by Optuna's heartbeat and
-run again once.
+
+Many processes may run one study: each configuration is claimed in the database
+before it is measured (`Store.claim`), per environment (`trials.environment_key`),
+and the claim also enforces `--trials`. A trial left running by a process that
+died is marked `interrupted` at the next start (`StudyRunner.reap`: its owner,
+host and pid, is gone) or by Optuna's heartbeat (another host), and its
+configuration may be claimed again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,23 +36,41 @@ from typing import TYPE_CHECKING, Any
 from autotune._optuna import (
     beating,
     fail_open_trial,
+    fail_trial_id,
     has_role,
     quiet_experimental,
     rdb_storage,
+    set_aside,
     trials_in,
 )
-from autotune._proc import deferred_interrupt, raise_if_interrupted
+from autotune._proc import deferred_interrupt, process_alive, raise_if_interrupted
 from autotune.analysis import ranked
 from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
 from autotune.errors import BaselineFailedError
 from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import Launcher
-from autotune.measured import MeasuredIndex, objective_values, peak_memory
-from autotune.records import FlagValue, MeasureMode, OutcomeKind, Role, RunRecord, TrialOutcome
+from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values, peak_memory
+from autotune.records import (
+    ClaimRecord,
+    ClaimState,
+    ClaimVerdict,
+    FlagValue,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    TrialOutcome,
+)
 from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
 from autotune.stopping import prune_limit
 from autotune.storage.store import Store
-from autotune.trials import RequestSettings, TrialJudge, environment_of, with_device_count
+from autotune.trials import (
+    RequestSettings,
+    TrialJudge,
+    environment_key,
+    environment_of,
+    with_device_count,
+)
 from autotune.workloads import WorkloadInfo
 
 if TYPE_CHECKING:
@@ -55,6 +80,12 @@ if TYPE_CHECKING:
 
 #: Proposals in a row that repeat measured configurations before a study stops.
 MAX_REPEATED_PROPOSALS = 100
+
+#: Seconds between looks at the database while another process measures what this one needs.
+POLL_S = 1.0
+
+#: The claim key of the baseline: the empty configuration.
+BASELINE_KEY = ""
 
 
 @dataclass(frozen=True)
@@ -146,12 +177,16 @@ class StudyRunner:
         self.launcher = launcher
         self.storage = storage
         self.choice = plan.sampler_choice()
-        self.judge = TrialJudge(_settings(plan), _catalog(),
-                                lambda: store.runs(plan.name, roles=[Role.BASELINE]))
+        self.env_key = environment_key()
+        self.owner = (platform.node(), os.getpid())
+        self.judge = TrialJudge(_settings(plan), _catalog(), lambda: store.runs(
+            plan.name, roles=[Role.BASELINE], env_key=self.env_key))
         self._grid: list[tuple[dict[str, Any], str]] | None = None
+        self._study: optuna.Study | None = None
 
-    def prepare(self) -> None:
-        """Create the study, or check that a resumed one has the same settings.
+    def prepare(self) -> optuna.Study:
+        """Create the study (or check that a resumed one has the same settings), open
+        Optuna's side, and mark interrupted what dead processes left running.
 
         Raises:
             StudyMismatchError: the stored study was made with other settings.
@@ -161,58 +196,125 @@ class StudyRunner:
                                 space_backend=p.space.backend,
                                 objectives=[o.value for o in p.objectives],
                                 memory_budget_bytes=p.memory_budget_bytes, plan=p.recorded())
+        if self._study is None:
+            self._study = self._open_optuna()
+        self.reap(self._study)
+        return self._study
+
+    def reap(self, study: optuna.Study) -> int:
+        """Mark interrupted the trials and claims of processes that died (SIGKILL, a crash).
+
+        A process of this host that is gone, or a trial that Optuna's heartbeat
+        failed already (a worker on another host): its RUNNING trial is failed
+        with outcome `interrupted` and its claim released, so the configuration
+        can be measured again. Returns how many trials were marked.
+        """
+        marked = 0
+        for trial in trials_in(study, "RUNNING"):
+            owner = _owner_of(trial.user_attrs.get("owner"))
+            if owner is not None and not _owner_alive(owner):
+                marked += fail_trial_id(study, trial._trial_id)
+        finished = {t.number for t in study.get_trials(deepcopy=False)
+                    if t.state.is_finished()}
+        for claim in self.store.claims(self.plan.name, [ClaimState.RUNNING]):
+            owner = (claim.owner_host, claim.owner_pid)
+            failed = claim.role in MEASURED_ROLES and claim.trial_number in finished
+            if not _owner_alive(owner) or failed:  # (a confirmation names a finished trial)
+                self.store.release(claim.id)
+        return marked
 
     def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> RunSummary:
-        """Launch trials until the study holds `plan.trials` launched ones.
+        """Launch trials until the study holds `plan.trials` measured ones, in all processes.
 
+        Each configuration is claimed in the database before it is measured
+        (`Store.claim`), so several processes on one study never overshoot
+        `--trials` nor measure a configuration twice in one environment.
         Proposals that repeat a measured configuration are told its recorded
-        result and launch nothing. Ctrl-C fails the trial in flight (its child
-        is killed) and re-raises; everything finished stays in the database.
+        result and launch nothing. A stop signal fails the trial in flight
+        (its child is killed), marks its claim interrupted and re-raises;
+        everything finished stays in the database.
 
         Raises:
             BaselineFailedError: the baseline did not run (nothing to compare to).
         """
-        self.prepare()
-        study = self._open_optuna()
-        index = MeasuredIndex.of(self.store.runs(self.plan.name), self.judge.catalog)
+        study = self.prepare()
         launched = reused = streak = 0
-        while index.launched < self.plan.trials:
+        while True:
             raise_if_interrupted()  # a Ctrl-C that Python swallowed (see interrupt_latch)
+            view = self._view()
+            if view.held >= self.plan.trials:
+                return RunSummary(launched, reused)
             if streak >= MAX_REPEATED_PROPOSALS:
                 return RunSummary(launched, reused, _exhausted_note(streak))
-            trial: optuna.Trial | None = None
-            try:
-                with deferred_interrupt():  # a trial is created whole, or not at all
-                    if not self._enqueue_next(study, index):
-                        return RunSummary(launched, reused, "every configuration of the "
-                                          "space has been measured")
-                    with quiet_experimental():
-                        trial = study.ask()
-                role, config = self._proposal(trial)
-                prior = index.get(config) if role is not Role.BASELINE else None
-                if prior is not None:
-                    with deferred_interrupt():
-                        self._tell(study, trial, prior, role, reused=True)
-                    reused, streak = reused + 1, streak + 1
-                    continue
-                run = self._launch(study, trial, role, config, index)
-            except BaseException:  # Ctrl-C anywhere in the trial: never leave it RUNNING
-                if trial is not None:
-                    with deferred_interrupt():
-                        fail_open_trial(study, trial)
-                raise
-            index.add(run)
+            if view.baseline_elsewhere():
+                time.sleep(POLL_S)  # another process measures this environment's baseline
+                continue
+            step, run = self._step(study, view)
+            if step == "exhausted":
+                return RunSummary(launched, reused, "every configuration of the space has been "
+                                  "measured or is being measured")
+            if step == ClaimVerdict.FULL:
+                return RunSummary(launched, reused)
+            if run is None:  # reused, or claimed by another process meanwhile
+                reused, streak = reused + (step == "reused"), streak + 1
+                continue
             launched, streak = launched + 1, 0
             if on_trial:
-                on_trial(self._event(run, index))
-            if role is Role.BASELINE and not run.outcome.ok:
+                on_trial(self._event(run, view))
+            if run.role is Role.BASELINE and not run.outcome.ok:
                 raise _baseline_failed(run.outcome)
-        return RunSummary(launched, reused)
+
+    def _step(self, study: optuna.Study,
+              view: StudyView) -> tuple[str, RunRecord | None]:
+        """Ask for one configuration and measure it unless it is measured or claimed already.
+
+        Returns ("launched", run), ("reused", None), ("exhausted", None) when a
+        grid has nothing left, or (verdict, None) when the claim was refused.
+        """
+        trial: optuna.Trial | None = None
+        claim: ClaimRecord | None = None
+        try:
+            with deferred_interrupt():  # a trial is created whole, or not at all
+                if not self._enqueue_next(study, view):
+                    return "exhausted", None
+                with quiet_experimental():
+                    trial = study.ask()
+                trial.set_user_attr("owner", _owner_text(self.owner))
+            role, config = self._proposal(trial)
+            prior = view.index.get(config) if role is not Role.BASELINE else None
+            if prior is not None:
+                with deferred_interrupt():
+                    self._tell(study, trial, prior, role, reused=True)
+                return "reused", None
+            with deferred_interrupt():  # claimed and remembered together
+                verdict, claim = self.store.claim(
+                    self.plan.name, self.env_key, view.index.key(config), role, config,
+                    trial.number, self.owner, budget=(self.plan.trials, MEASURED_ROLES))
+                if verdict is not ClaimVerdict.CLAIMED:
+                    set_aside(study, trial, "not_needed" if verdict is ClaimVerdict.FULL
+                              else "duplicate")
+                    return verdict, None
+            assert claim is not None
+            return "launched", self._launch(study, trial, role, config, view.index, claim)
+        except BaseException:  # a stop signal anywhere in the trial: never leave it RUNNING
+            with deferred_interrupt():
+                if trial is not None:
+                    fail_open_trial(study, trial)
+                if claim is not None:
+                    self.store.release(claim.id)
+            raise
+
+    def _view(self) -> StudyView:
+        """What the database says now: this environment's runs and running claims."""
+        runs = self.store.runs(self.plan.name, env_key=self.env_key)
+        running = self.store.claims(self.plan.name, [ClaimState.RUNNING], env_key=self.env_key)
+        index = MeasuredIndex.of(runs, self.judge.catalog)
+        index.in_flight = {c.key for c in running}
+        return StudyView(index, self.store.held(self.plan.name, MEASURED_ROLES))
 
     def remaining(self) -> int:
-        """Trials still to launch before the study holds `plan.trials` launched ones."""
-        index = MeasuredIndex.of(self.store.runs(self.plan.name), self.judge.catalog)
-        return max(0, self.plan.trials - index.launched)
+        """Trials still to launch before the study holds `plan.trials` measured ones."""
+        return max(0, self.plan.trials - self.store.held(self.plan.name, MEASURED_ROLES))
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
@@ -224,33 +326,61 @@ class StudyRunner:
         confirmation) count: re-running continues. Returns the configurations
         confirmed (their search runs).
         """
-        runs = self.store.runs(self.plan.name)
+        self._wait_for_search()
+        runs = self.store.runs(self.plan.name, env_key=self.env_key)
         targets = [r for r in ranked(runs, self.plan.memory_budget_bytes)
                    if needs_confirmation(r)][:top]
         pending = self._confirm_plan(runs, targets, repeats)
-        for done, (number, flags) in enumerate(pending, start=1):
+        for done, (number, flags, round_) in enumerate(pending, start=1):
             raise_if_interrupted()
-            outcome = self.launcher.launch(self.judge.request(flags))
-            self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
-                                  self.judge.user_env(flags), outcome,
-                                  environment_of(outcome.measurement))
-            if on_run:
+            outcome = self._confirm_one(number, flags, round_)
+            if on_run and outcome is not None:
                 on_run(ConfirmEvent(number, outcome, done, len(pending)))
         return targets
 
+    def _wait_for_search(self) -> None:
+        """Block while other processes still measure search trials in this environment, so
+        every process confirms the same leaders."""
+        while any(c.role in MEASURED_ROLES for c in self.store.claims(
+                self.plan.name, [ClaimState.RUNNING], env_key=self.env_key)):
+            raise_if_interrupted()
+            time.sleep(POLL_S)
+            self.prepare()  # marks the trials of processes that died meanwhile
+
+    def _confirm_one(self, number: int, flags: Mapping[str, FlagValue],
+                     round_: int) -> TrialOutcome | None:
+        """Claim and run one confirmation round of trial `number` (None: another process has)."""
+        verdict, claim = self.store.claim(self.plan.name, self.env_key,
+                                          f"confirm:{number}:{round_}", Role.CONFIRM, flags,
+                                          number, self.owner)
+        if claim is None or verdict is not ClaimVerdict.CLAIMED:
+            return None
+        try:
+            outcome = self.launcher.launch(self.judge.request(flags))
+        except BaseException:
+            with deferred_interrupt():
+                self.store.release(claim.id)
+            raise
+        with deferred_interrupt():
+            self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
+                                  self.judge.user_env(flags), outcome,
+                                  environment_of(outcome.measurement), env_key=self.env_key,
+                                  claim_id=claim.id)
+        return outcome
+
     def _confirm_plan(self, runs: list[RunRecord], targets: list[RunRecord],
-                      repeats: int) -> list[tuple[int, Mapping[str, FlagValue]]]:
-        """(trial number, flags) of each run still to make, round by round."""
+                      repeats: int) -> list[tuple[int, Mapping[str, FlagValue], int]]:
+        """(trial number, flags, round) of each run still to make, round by round."""
         base = baseline_trial(runs)
         direct = any(self.judge.request(t.flags).compiler_options is None for t in targets)
-        plan: list[tuple[int, Mapping[str, FlagValue]]] = []
+        plan: list[tuple[int, Mapping[str, FlagValue], int]] = []
         for round_ in range(repeats):
             if direct and base is not None and len(confirm_runs(runs, base)) <= round_:
-                plan.append((base, {}))
+                plan.append((base, {}, round_))
             for target in targets:
                 assert target.trial_number is not None
                 if len(confirm_runs(runs, target.trial_number)) <= round_:
-                    plan.append((target.trial_number, target.flags))
+                    plan.append((target.trial_number, target.flags, round_))
         return plan
 
     # --- Optuna ------------------------------------------------------------------------------
@@ -272,11 +402,13 @@ class StudyRunner:
             return self.storage
         return rdb_storage(self.storage, create=True, heartbeat_s=self.plan.heartbeat_s)
 
-    def _enqueue_next(self, study: optuna.Study, index: MeasuredIndex) -> bool:
+    def _enqueue_next(self, study: optuna.Study, view: StudyView) -> bool:
         """Queue the baseline, the recommended configuration, or the next grid point.
 
-        Returns False when a grid study has no configuration left to measure.
+        Returns False when a grid study has no configuration left to measure
+        (all measured, or claimed by other processes).
         """
+        index = view.index
         from optuna.storages import fail_stale_trials
 
         with quiet_experimental():
@@ -292,8 +424,8 @@ class StudyRunner:
             return True
         if not self.choice.is_grid:
             return True
-        point = next((params for params, key in self._grid_points() if key not in index.runs),
-                     None)
+        point = next((params for params, key in self._grid_points()
+                      if key not in index.runs and key not in index.in_flight), None)
         if point is not None:
             study.enqueue_trial(point, user_attrs={"role": Role.SEARCH.value})
         return point is not None
@@ -314,13 +446,15 @@ class StudyRunner:
         return role, ({} if role is Role.BASELINE else self.plan.space.sample(trial))
 
     def _launch(self, study: optuna.Study, trial: optuna.Trial, role: Role,
-                config: dict[str, FlagValue], index: MeasuredIndex) -> RunRecord:
-        """Measure `config` (the heartbeat beating meanwhile), record it, tell Optuna."""
+                config: dict[str, FlagValue], index: MeasuredIndex,
+                claim: ClaimRecord) -> RunRecord:
+        """Measure `config` (the heartbeat beating meanwhile), record it with the end of
+        its claim, tell Optuna. A failed baseline leaves its claim open to a retry."""
         request = self.judge.request(config)
         if role is Role.SEARCH:
             request = replace(request, prune_ratio=self._prune_ratio(index))
         if role is not Role.BASELINE and request.compiler_options is not None:
-            request = replace(request, known_programs=index.known_programs(platform.node()))
+            request = replace(request, known_programs=index.known_programs())
         with beating(study, trial):
             outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
         with deferred_interrupt():  # recorded and told together, or neither
@@ -330,10 +464,13 @@ class StudyRunner:
                 outcome, ratio = _carried(outcome, prior), prior.ratio
             user_env = self.judge.user_env(config)
             environment = environment_of(outcome.measurement)
-            run_id = self.store.record_run(self.plan.name, trial.number, role, config, user_env,
-                                           outcome, environment, ratio=ratio)
+            retry = role is Role.BASELINE and not outcome.ok
+            run_id = self.store.record_run(
+                self.plan.name, trial.number, role, config, user_env, outcome, environment,
+                ratio=ratio, env_key=self.env_key, claim_id=claim.id,
+                claim_state=ClaimState.RETRY if retry else ClaimState.DONE)
             run = RunRecord(run_id, self.plan.name, trial.number, role, config, user_env,
-                            outcome, datetime.now(UTC), environment, ratio)
+                            outcome, datetime.now(UTC), environment, ratio, self.env_key)
             self._tell(study, trial, run, role, reused=False)
         return run
 
@@ -367,11 +504,26 @@ class StudyRunner:
             trial.set_user_attr("feasible", peak <= budget)
         study.tell(trial, values)
 
-    def _event(self, run: RunRecord, index: MeasuredIndex) -> TrialEvent:
-        best = index.best_ratio(self.plan.memory_budget_bytes)
+    def _event(self, run: RunRecord, view: StudyView) -> TrialEvent:
+        view.index.add(run)
+        best = view.index.best_ratio(self.plan.memory_budget_bytes)
         assert run.trial_number is not None
         return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
-                          1 / best if best else None, index.launched, self.plan.trials)
+                          1 / best if best else None, min(view.held + 1, self.plan.trials),
+                          self.plan.trials)
+
+
+@dataclass
+class StudyView:
+    """One look at the database: this environment's measured configurations (with the
+    keys other processes measure now in `index.in_flight`) and what `--trials` counts."""
+
+    index: MeasuredIndex
+    held: int
+
+    def baseline_elsewhere(self) -> bool:
+        """Whether another process is measuring this environment's baseline right now."""
+        return not self.index.baseline_ok() and BASELINE_KEY in self.index.in_flight
 
 
 @dataclass(frozen=True)
@@ -426,6 +578,25 @@ def _carried(outcome: TrialOutcome, prior: RunRecord) -> TrialOutcome:
     assert outcome.measurement is not None and prior.outcome.measurement is not None
     base = prior.outcome.measurement.baseline_fingerprint
     return replace(outcome, measurement=replace(outcome.measurement, baseline_fingerprint=base))
+
+
+def _owner_text(owner: tuple[str, int]) -> str:
+    return f"{owner[0]}:{owner[1]}"
+
+
+def _owner_of(text: object) -> tuple[str, int] | None:
+    """(host, pid) from an `owner` user attribute, None when absent or malformed."""
+    if not isinstance(text, str) or ":" not in text:
+        return None
+    host, _, pid = text.rpartition(":")
+    return (host, int(pid)) if pid.isdigit() else None
+
+
+def _owner_alive(owner: tuple[str, int]) -> bool:
+    """Whether the process `owner` may still run: a process of another host is assumed
+    alive (Optuna's heartbeat judges those); one of this host is looked up."""
+    host, pid = owner
+    return host != platform.node() or process_alive(pid)
 
 
 def _sha256(path: Path | None) -> str | None:

@@ -44,6 +44,15 @@ def with_device_count(env: Mapping[str, str], devices: int) -> dict[str, str]:
     return out
 
 
+def environment_key() -> str:
+    """The environment this process measures in, as known before any child runs: the host.
+
+    Claims, baselines and known programs are kept per environment key, so a
+    ratio is only ever taken against a baseline of the same machine.
+    """
+    return platform.node()
+
+
 def environment_of(m: Measurement | None) -> Environment | None:
     """Where a measurement was taken (this host, the child's versions and devices)."""
     if m is None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -27,3 +31,46 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def workloads_dir() -> Path:
     return WORKLOADS
+
+
+POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+
+
+def _postgres_url() -> Iterator[str]:
+    """A URL of a schema of its own in the test PostgreSQL, dropped afterwards (skip
+    without `AUTOTUNE_TEST_POSTGRES_URL`)."""
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.skip(f"set {POSTGRES_ENV} to run PostgreSQL tests")
+    schema = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base)
+    with admin.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'autotune.db'}"
+    else:
+        yield from _postgres_url()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'autotune.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    yield from _postgres_url()
+
+

@@ -179,7 +179,8 @@ def test_grid_measures_each_effective_configuration_once_then_stops(small_space,
     # fast math false is the default
     assert len(small_space.grid()) == 10
     assert len(launcher.launched) == 8 == len(set(launcher.launched)) == summary.launched
-    assert summary.stopped == "every configuration of the space has been measured"
+    assert summary.stopped == ("every configuration of the space has been measured or is being "
+                               "measured")
     assert launcher.launched[0] == ""  # the baseline first
     best = min(store.runs("s"), key=lambda r: r.ratio or 9)
     assert best.flags == {LEVEL: 3, FAST: True} or best.flags == {FAST: True}
@@ -232,18 +233,18 @@ def test_a_study_with_memory_as_an_objective_never_prunes(small_space, tmp_path)
     assert len(launcher.limits) == 8 and set(launcher.limits) == {None}
 
 
-def test_known_programs_are_those_timed_successfully_on_this_host():
+def test_known_programs_are_those_timed_successfully():
     from datetime import UTC, datetime
 
     from autotune.measured import MeasuredIndex
     from autotune.records import Environment, RunRecord
 
-    def run(number: int, flags: dict, fingerprint: str, host: str = "here",
+    def run(number: int, flags: dict, fingerprint: str,
             kind: OutcomeKind = OutcomeKind.OK, steps: int = 3, same: int | None = None):
         m = Measurement(step_times_s=(0.01,) * steps, baseline_step_times_s=(0.01,) * steps,
                         compile_time_s=0.1, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
                         same_program_as=same)
-        env = Environment(host, "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
+        env = Environment("here", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
         return RunRecord(number + 1, "s", number, Role.SEARCH if number else Role.BASELINE,
                          flags, {}, TrialOutcome(kind, "", m), datetime.now(UTC), env,
                          1.0 if kind is OutcomeKind.OK else None)
@@ -253,11 +254,10 @@ def test_known_programs_are_those_timed_successfully_on_this_host():
         run(1, {FAST: True}, "fast"),
         run(2, {LEVEL: 2}, "fast"),  # the same program again: trial 1 keeps it
         run(3, {LEVEL: 1}, "pruned", kind=OutcomeKind.PRUNED),
-        run(4, {LEVEL: 0}, "elsewhere", host="another-machine"),
+        run(4, {LEVEL: 0}, "failed", kind=OutcomeKind.CRASHED),
         run(5, {LEVEL: 3}, "base", steps=0, same=0),  # timed nothing itself
     ], load_catalog())
-    assert index.known_programs("here") == {"base": 0, "fast": 1}
-    assert index.known_programs("another-machine") == {"elsewhere": 4}
+    assert index.known_programs() == {"base": 0, "fast": 1}
     assert index.run_of_trial(1).flags == {FAST: True} and index.run_of_trial(9) is None
 
 

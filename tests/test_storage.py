@@ -10,11 +10,9 @@ import dataclasses
 import importlib.util
 import math
 import multiprocessing
-import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -45,7 +43,6 @@ from autotune.records import (
 from autotune.storage import HEAD_REVISION, Store
 from autotune.storage.models import Base, EnvironmentRow, include_name
 
-POSTGRES_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
 # autotune's own migration history; Optuna keeps its own in `alembic_version`.
 VERSION_TABLE = "autotune_alembic_version"
 AUTOTUNE_TABLES = {
@@ -53,6 +50,7 @@ AUTOTUNE_TABLES = {
     "autotune_environments",
     "autotune_studies",
     "autotune_runs",
+    "autotune_claims",
 }
 
 FULL = Measurement(
@@ -99,42 +97,6 @@ CRASH = TrialOutcome(
 HERE = Environment("node-1", "3.11.7", "0.10.2", "0.10.2", "gpu", "NVIDIA H100 80GB HBM3", 8)
 FLAGS = {"xla_gpu_enable_latency_hiding_scheduler": True, "combine_bytes": 2**28, "slop": 1.5}
 ENV = {"XLA_FLAGS": "--xla_gpu_enable_latency_hiding_scheduler=true"}
-
-
-def _postgres_url() -> Iterator[str]:
-    base = os.environ.get(POSTGRES_ENV)
-    if not base:
-        pytest.skip(f"set {POSTGRES_ENV} to run PostgreSQL tests")
-    schema = f"autotune_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base)
-    with admin.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database of each kind."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'autotune.db'}"
-    else:
-        yield from _postgres_url()
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'autotune.db'}"
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    yield from _postgres_url()
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ The `autotune.cli` package is the only place that imports typer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -107,7 +109,8 @@ def print_json(value: Any) -> None:
 
 
 def friendly(func: Callable[..., None]) -> Callable[..., None]:
-    """Turn AutotuneError into one line on stderr and its exit code; Ctrl-C into 130.
+    """Turn AutotuneError into one line on stderr and its exit code; a stop signal into
+    128 + its number (Ctrl-C 130, SIGHUP 129, SIGTERM 143), as shells report them.
 
     The message is printed through `literal`: messages name studies, flags and
     paths as given, and a newline in one shows as `\\n`.
@@ -124,10 +127,12 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
             err.print(f"[bold red]error:[/] {literal(exc.message)}", highlight=False,
                       soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("interrupted: every finished trial is kept; "
-                      "run the same command to continue")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+                err.print(f"interrupted ({signal.Signals(signum).name}): every finished trial "
+                          "is kept; run the same command to continue", highlight=False)
+            raise typer.Exit(128 + signum) from None
 
     return wrapper
 

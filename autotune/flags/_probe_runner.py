@@ -142,7 +142,7 @@ class Prober:
             if self.info is None and self.options:
                 Path(tmp, _OPTIONS).write_text(json.dumps(self.options), encoding="utf-8")
             argv = [self.python, "-c", _CHILD.read_text(encoding="utf-8")]
-            done = run_bounded(argv, env, Path(tmp), self.timeout_s)
+            done = run_bounded(argv, env, Path(tmp), self.timeout_s, scratch=Path(tmp))
             found = Path(tmp, _RESULT)
             info = json.loads(found.read_text(encoding="utf-8")) if found.exists() else None
         stderr = done.stderr_head + "\n" + done.stderr

@@ -32,6 +32,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from autotune.records import (
+    ClaimRecord,
+    ClaimState,
     Environment,
     Measurement,
     MeasureMode,
@@ -163,6 +165,7 @@ class StudyRow(Base):
     objectives: Mapped[str] = mapped_column(String(64), server_default="time")
     memory_budget_bytes: Mapped[int | None] = mapped_column(BigInteger)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    claims_made: Mapped[int] = mapped_column(Integer, server_default="0")
 
     SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode",
                                            "objectives", "memory_budget_bytes")
@@ -220,6 +223,7 @@ class RunRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     signal: Mapped[int | None] = mapped_column(Integer)
     environment_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_environments.id"))
+    env_key: Mapped[str | None] = mapped_column(String(255))
     mode: Mapped[str | None] = mapped_column(String(16))
     compile_time_s: Mapped[float | None] = mapped_column(Float)
     first_step_time_s: Mapped[float | None] = mapped_column(Float)
@@ -263,6 +267,7 @@ class RunRow(Base):
             created_at=_aware(self.created_at),
             environment=None if self.environment is None else self.environment.to_record(),
             ratio=self.ratio,
+            env_key=self.env_key,
         )
 
     def _outcome(self) -> TrialOutcome:
@@ -300,6 +305,44 @@ class RunRow(Base):
             device_kind=self.device_kind or "",
             device_count=self.device_count or 0,
             **_extras_fields(self.extras or {}),
+        )
+
+
+class ClaimRow(Base):
+    """A claim: one process's right to measure one configuration in one environment.
+
+    Unique per (study, environment key, hash of the measurement's key), so two
+    processes never measure the same configuration in the same environment.
+    `claims_made` on the study row is bumped by every claim: that write is the
+    lock that serialises claims on SQLite and PostgreSQL alike.
+    """
+
+    __tablename__ = "autotune_claims"
+    __table_args__ = (UniqueConstraint("study_id", "env_key", "key_hash",
+                                       name="uq_autotune_claims_identity"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"))
+    env_key: Mapped[str] = mapped_column(String(255))
+    key_hash: Mapped[str] = mapped_column(String(64))
+    key: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(32))
+    flags: Mapped[dict[str, Any]] = mapped_column(JSON)
+    trial_number: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    owner_host: Mapped[str] = mapped_column(String(255))
+    owner_pid: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_runs.id"))
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow, onupdate=utcnow)
+
+    def to_record(self, study_name: str) -> ClaimRecord:
+        """The plain record of this row."""
+        return ClaimRecord(
+            id=self.id, study_name=study_name, env_key=self.env_key, key=self.key,
+            role=Role(self.role), flags=dict(self.flags), trial_number=self.trial_number,
+            state=ClaimState(self.state), owner_host=self.owner_host, owner_pid=self.owner_pid,
+            run_id=self.run_id, claimed_at=_aware(self.claimed_at),
         )
 
 

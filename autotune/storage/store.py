@@ -10,6 +10,7 @@ out plain records from `autotune.records`, never ORM rows.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import random
 import re
@@ -25,13 +26,16 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
-from sqlalchemy import Engine, create_engine, exc, inspect, select
+from sqlalchemy import Engine, create_engine, exc, func, inspect, select, update
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from autotune._resources import data_dir
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.records import (
+    ClaimRecord,
+    ClaimState,
+    ClaimVerdict,
     Environment,
     FlagValue,
     MeasureMode,
@@ -44,13 +48,15 @@ from autotune.records import (
 from autotune.storage.models import (
     VERSION_TABLE,
     Base,
+    ClaimRow,
     EnvironmentRow,
     RunRow,
     StudyRow,
     outcome_columns,
+    utcnow,
 )
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 SQLITE_TIMEOUT_S = 30.0
@@ -460,6 +466,9 @@ class Store:
         outcome: TrialOutcome,
         environment: Environment | None = None,
         ratio: float | None = None,
+        env_key: str | None = None,
+        claim_id: int | None = None,
+        claim_state: ClaimState = ClaimState.DONE,
     ) -> int:
         """Store one measurement run and return its id.
 
@@ -474,6 +483,10 @@ class Store:
             ratio: candidate over baseline step time; defaults to the measurement's
                 in-process (paired) ratio. A DIRECT-mode run passes its ratio
                 against the study's baseline run.
+            env_key: the environment the run belongs to (see `Store.claim`).
+            claim_id: the claim this run fulfils; it is set to `claim_state`
+                and linked to the run in the same transaction, so a run and the
+                end of its claim are stored together or not at all.
 
         Raises:
             StudyNotFoundError: no study called `study_name`.
@@ -487,12 +500,16 @@ class Store:
                 flags=dict(flags),
                 env=dict(env),
                 environment_id=environment_id,
+                env_key=env_key,
                 **outcome_columns(outcome),
             )
             if ratio is not None:
                 row.ratio = ratio
             session.add(row)
             session.flush()
+            if claim_id is not None:
+                session.execute(update(ClaimRow).where(ClaimRow.id == claim_id).values(
+                    state=str(claim_state), run_id=row.id, updated_at=utcnow()))
             return row.id
 
     def _environment_id(self, environment: Environment | None) -> int | None:
@@ -508,6 +525,7 @@ class Store:
         study_name: str,
         roles: Iterable[Role | str] | None = None,
         kinds: Iterable[OutcomeKind | str] | None = None,
+        env_key: str | None = None,
     ) -> list[RunRecord]:
         """The runs of a study in the order they were recorded.
 
@@ -515,6 +533,8 @@ class Store:
             study_name: the study.
             roles: keep only runs with one of these roles (None: all).
             kinds: keep only runs whose outcome is one of these kinds (None: all).
+            env_key: keep only runs of this environment, and runs that belong
+                to none (stored before environments were told apart); None: all.
 
         Raises:
             StudyNotFoundError: no study called `study_name`.
@@ -531,4 +551,93 @@ class Store:
                 query = query.where(RunRow.role.in_(_enum_values(roles, Role)))
             if kinds is not None:
                 query = query.where(RunRow.kind.in_(_enum_values(kinds, OutcomeKind)))
+            if env_key is not None:
+                query = query.where((RunRow.env_key == env_key) | RunRow.env_key.is_(None))
+            return [row.to_record(study.name) for row in session.scalars(query)]
+
+    # --- claims ---------------------------------------------------------------------------
+
+    def claim(
+        self,
+        study_name: str,
+        env_key: str,
+        key: str,
+        role: Role | str,
+        flags: Mapping[str, FlagValue],
+        trial_number: int | None,
+        owner: tuple[str, int],
+        budget: tuple[int, Sequence[Role]] | None = None,
+    ) -> tuple[ClaimVerdict, ClaimRecord | None]:
+        """Claim the right to measure `key` in the environment `env_key`, atomically.
+
+        One transaction first bumps the study's `claims_made` (a write, so a
+        second claimer of the same study waits here: SQLite's write lock,
+        PostgreSQL's row lock), then decides:
+
+        - FULL: `budget` = (trials, roles) and the study already holds that
+          many runs of those roles plus running claims of them;
+        - TAKEN: `key` is claimed in `env_key` and that claim is running or
+          done; the record is that claim;
+        - CLAIMED: a new claim, or one that was interrupted or marked for a
+          retry, taken over by `owner` (host, pid); the record is ours.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        key_hash = hashlib.sha256(key.encode()).hexdigest()
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            session.execute(update(StudyRow).where(StudyRow.id == study.id).values(
+                claims_made=StudyRow.claims_made + 1))
+            if budget is not None and self._held(session, study.id, budget[1]) >= budget[0]:
+                return ClaimVerdict.FULL, None
+            row = session.scalar(select(ClaimRow).where(
+                ClaimRow.study_id == study.id, ClaimRow.env_key == env_key,
+                ClaimRow.key_hash == key_hash))
+            if row is not None and ClaimState(row.state) in (ClaimState.RUNNING, ClaimState.DONE):
+                return ClaimVerdict.TAKEN, row.to_record(study.name)
+            if row is None:
+                row = ClaimRow(study_id=study.id, env_key=env_key, key_hash=key_hash, key=key)
+                session.add(row)
+            row.role, row.flags, row.trial_number = str(Role(role)), dict(flags), trial_number
+            row.state, row.run_id, row.claimed_at = str(ClaimState.RUNNING), None, utcnow()
+            row.owner_host, row.owner_pid = owner
+            session.flush()
+            return ClaimVerdict.CLAIMED, row.to_record(study.name)
+
+    @staticmethod
+    def _held(session: Session, study_id: int, roles: Sequence[Role]) -> int:
+        """Runs of `roles` in the study plus its running claims of them (what a budget counts)."""
+        names = [str(r) for r in roles]
+        runs = session.scalar(select(func.count(RunRow.id)).where(
+            RunRow.study_id == study_id, RunRow.role.in_(names))) or 0
+        running = session.scalar(select(func.count(ClaimRow.id)).where(
+            ClaimRow.study_id == study_id, ClaimRow.role.in_(names),
+            ClaimRow.state == str(ClaimState.RUNNING))) or 0
+        return runs + running
+
+    def held(self, study_name: str, roles: Sequence[Role]) -> int:
+        """What a budget of `roles` counts now (see `claim`)."""
+        with self._session() as session:
+            return self._held(session, self._study_row(session, study_name).id, roles)
+
+    def release(self, claim_id: int, state: ClaimState = ClaimState.INTERRUPTED) -> bool:
+        """End a running claim without a run (default: interrupted, so anyone may claim it
+        again). Returns False when the claim was not running (finished or released already)."""
+        with self._session() as session:
+            done = session.execute(update(ClaimRow).where(
+                ClaimRow.id == claim_id, ClaimRow.state == str(ClaimState.RUNNING)).values(
+                state=str(state), updated_at=utcnow()))
+            return bool(getattr(done, "rowcount", 0))
+
+    def claims(self, study_name: str, states: Iterable[ClaimState] | None = None,
+               env_key: str | None = None) -> list[ClaimRecord]:
+        """The study's claims, oldest first, optionally of some states or one environment."""
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            query = select(ClaimRow).where(ClaimRow.study_id == study.id).order_by(ClaimRow.id)
+            if states is not None:
+                query = query.where(ClaimRow.state.in_([str(s) for s in states]))
+            if env_key is not None:
+                query = query.where(ClaimRow.env_key == env_key)
             return [row.to_record(study.name) for row in session.scalars(query)]

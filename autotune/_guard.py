@@ -1,0 +1,152 @@
+"""The guard of one child process: it runs the child and takes it down with the parent.
+
+`_proc.run_bounded` starts `python -m autotune._guard PARENT LIMIT SCRATCH -- ARGV...`
+as the leader of a new process group, in place of ARGV. The guard
+
+- asks the kernel for SIGTERM when the parent dies (Linux `PR_SET_PDEATHSIG`),
+  so even a SIGKILLed `autotune study` leaves no trial behind; it exits at
+  once if the parent is gone already;
+- forks ARGV into its own group, under the address-space limit LIMIT (bytes,
+  or `-`), and waits for it. The guard is single-threaded, so setting the
+  limit between fork and exec is safe here (the parent, whose heartbeat thread
+  runs meanwhile, never forks with `preexec_fn`);
+- on SIGTERM, SIGHUP or SIGINT kills every other process of its group with
+  SIGKILL, removes SCRATCH (a folder, or `-`) and exits;
+- otherwise ends as ARGV ended: the same exit code, or death by the same
+  signal, so the parent classifies the child and never the guard.
+
+Standard library only: it starts before anything else and must stay small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process gets when its parent thread exits."""
+
+#: Signals on which the guard takes its group down and cleans up.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+#: Exit code when ARGV cannot be executed at all (as a shell says it).
+EXEC_FAILED = 127
+
+
+def argv_for(parent: int, limit: int | None, scratch: Path | None,
+             argv: Sequence[str]) -> list[str]:
+    """The command line that runs `argv` under a guard for `parent` (see the module docstring).
+
+    `-P`: the child's working folder (a user's, for `--command`) is not put on
+    `sys.path`, so a folder there named `autotune` cannot stand in for this package.
+    """
+    return [sys.executable, "-P", "-m", "autotune._guard", str(parent),
+            "-" if limit is None else str(limit), "-" if scratch is None else str(scratch),
+            "--", *argv]
+
+
+def die_with_parent(signum: int) -> None:
+    """Ask Linux to send `signum` to this process when its parent exits (elsewhere: nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes of the group `pgid` other than this one (read from /proc)."""
+    me, members = os.getpid(), []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and int(entry.name) != me:
+                with contextlib.suppress(OSError):
+                    if os.getpgid(int(entry.name)) == pgid:
+                        members.append(int(entry.name))
+    return members
+
+
+def kill_group_but_me(child: int | None) -> None:
+    """SIGKILL the child and every other process of this group, until none is left (≤ 2 s)."""
+    if child is not None and child > 0:  # never os.kill(-1, ...): that is every process
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    pgid = os.getpgid(0)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        members = group_members(pgid)
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:  # reap ours so they leave /proc
+                pass
+        time.sleep(0.02)
+
+
+def run_child(argv: Sequence[str], limit: int | None) -> int:
+    """Fork and exec `argv` (dying with the guard, under `limit`); return its pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the forked child: only async-signal-safe work from here to exec
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        die_with_parent(signal.SIGKILL)
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.execvp(argv[0], list(argv))
+    except BaseException as exc:  # noqa: BLE001 - report anything, never return into the guard
+        with contextlib.suppress(OSError):
+            os.write(2, f"autotune: cannot run {argv[0]}: {exc}\n".encode())
+    os._exit(EXEC_FAILED)
+
+
+def end_as(status: int) -> None:
+    """Exit the way a child with wait `status` ended: its code, or death by its signal."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file of the guard
+            signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        time.sleep(1)  # the signal is pending; this line is not reached for fatal ones
+    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 1)
+
+
+def main(args: Sequence[str]) -> None:
+    """Entry point: `PARENT LIMIT SCRATCH -- ARGV...` (see the module docstring)."""
+    if len(args) < 5 or args[3] != "--":
+        sys.stderr.write("usage: python -m autotune._guard PARENT LIMIT SCRATCH -- ARGV...\n")
+        os._exit(2)
+    parent, limit = int(args[0]), None if args[1] == "-" else int(args[1])
+    scratch = None if args[2] == "-" else Path(args[2])
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        os._exit(1)
+    child: int | None = None
+
+    def stop(signum: int, frame: object) -> None:
+        kill_group_but_me(child)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        os._exit(128 + signum)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    child = run_child(args[4:], limit)
+    _, status = os.waitpid(child, 0)  # retried on EINTR (PEP 475)
+    end_as(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,159 @@
+"""Claims: one measurement per configuration per environment, `--trials` never overshot.
+
+The store's rules on SQLite and PostgreSQL (each test on both), then real
+processes racing for claims, then two real `autotune study` processes on one
+new database.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from autotune.records import ClaimState, ClaimVerdict, OutcomeKind, Role, TrialOutcome
+from autotune.storage import Store
+
+ME = ("host-a", 4242)
+MEASURED = (Role.BASELINE, Role.RECOMMENDED, Role.SEARCH)
+
+
+@pytest.fixture
+def store(url: str):
+    with Store.open(url) as opened:
+        opened.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
+        yield opened
+
+
+def claim(store: Store, key: str, env: str = "host-a", budget: int | None = None,
+          role: Role = Role.SEARCH):
+    return store.claim("s", env, key, role, {"f": key}, 1, ME,
+                       budget=None if budget is None else (budget, MEASURED))
+
+
+def test_a_configuration_is_claimed_once_per_environment(store):
+    verdict, mine = claim(store, "--a=1")
+    assert verdict is ClaimVerdict.CLAIMED and mine.state is ClaimState.RUNNING
+    assert (mine.owner_host, mine.owner_pid, mine.env_key) == ("host-a", 4242, "host-a")
+    again, held = claim(store, "--a=1")
+    assert again is ClaimVerdict.TAKEN and held.id == mine.id
+    elsewhere, theirs = claim(store, "--a=1", env="host-b")
+    assert elsewhere is ClaimVerdict.CLAIMED and theirs.id != mine.id
+    assert claim(store, "--a=2")[0] is ClaimVerdict.CLAIMED
+
+
+def test_a_finished_claim_stays_taken_and_is_linked_to_its_run(store):
+    _, mine = claim(store, "--a=1")
+    run_id = store.record_run("s", 1, Role.SEARCH, {"a": 1}, {}, TrialOutcome(OutcomeKind.OK, ""),
+                              env_key="host-a", claim_id=mine.id)
+    [done] = store.claims("s")
+    assert (done.state, done.run_id) == (ClaimState.DONE, run_id)
+    assert claim(store, "--a=1")[0] is ClaimVerdict.TAKEN
+    assert store.release(mine.id) is False  # a finished claim is not released
+
+
+def test_an_interrupted_or_retried_claim_can_be_claimed_again(store):
+    _, first = claim(store, "--a=1")
+    assert store.release(first.id) is True
+    assert store.claims("s")[0].state is ClaimState.INTERRUPTED
+    verdict, second = claim(store, "--a=1")
+    assert verdict is ClaimVerdict.CLAIMED and second.id == first.id
+    store.record_run("s", 1, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.CRASHED, "x"),
+                     claim_id=second.id, claim_state=ClaimState.RETRY)
+    assert claim(store, "--a=1")[0] is ClaimVerdict.CLAIMED
+
+
+def test_the_budget_counts_runs_and_running_claims_of_the_measured_roles(store):
+    store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, ""))
+    store.record_run("s", 0, Role.CONFIRM, {}, {}, TrialOutcome(OutcomeKind.OK, ""))  # not counted
+    assert claim(store, "--a=1", budget=3)[0] is ClaimVerdict.CLAIMED
+    assert claim(store, "--a=2", budget=3)[0] is ClaimVerdict.CLAIMED
+    assert claim(store, "--a=3", budget=3) == (ClaimVerdict.FULL, None)
+    assert store.held("s", MEASURED) == 3
+    assert store.claims("s", [ClaimState.RUNNING], env_key="host-b") == []
+
+
+def test_runs_can_be_read_for_one_environment(store):
+    for env in ("host-a", "host-b", None):
+        store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, ""),
+                         env_key=env)
+    assert [r.env_key for r in store.runs("s", env_key="host-a")] == ["host-a", None]
+    assert len(store.runs("s")) == 3
+
+
+def _claim_all(url: str, seed: int, keys: int, budget: int, start_at: float) -> list[str]:
+    """One process: from `start_at` on, claim every key in a shuffled order; return those
+    it won."""
+    order = [f"--k={i}" for i in range(keys)]
+    random.Random(seed).shuffle(order)
+    won = []
+    with Store.open(url) as store:
+        store.claims("s")  # connected before the start
+        time.sleep(max(0.0, start_at - time.time()))
+        for key in order:
+            verdict, _ = store.claim("s", "host-a", key, Role.SEARCH, {}, None,
+                                     ("host-a", seed), budget=(budget, MEASURED))
+            if verdict is ClaimVerdict.CLAIMED:
+                won.append(key)
+    return won
+
+
+def test_processes_racing_for_claims_never_share_one_nor_overshoot_the_budget(url):
+    with Store.open(url) as store:
+        store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        start_at = time.time() + 8  # every process started and connected: they race
+        won = pool.starmap(_claim_all, [(url, seed, 30, 12, start_at) for seed in range(4)])
+    every = [key for chunk in won for key in chunk]
+    assert len(every) == 12 == len(set(every))
+    assert sum(1 for chunk in won if chunk) >= 2  # they did race
+
+
+# --- two real `autotune study` processes --------------------------------------------------
+
+STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
+         "--steps", "5", "--warmup", "1", "--space", "cpu", "--name", "shared",
+         "--trials", "6", "--confirm", "1", "--confirm-repeats", "2"]
+
+
+def _start(folder: Path, url: str, seed: int) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-c", "from autotune.cli import main; main()", *STUDY,
+           "--storage", url, "--seed", str(seed)]
+    return subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _rows(url: str, query: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(query))]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_two_study_processes_on_one_new_database_share_the_trials_exactly(tmp_path, url):
+    first, second = _start(tmp_path, url, 1), _start(tmp_path, url, 1)
+    outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
+    for proc, output in zip((first, second), outputs, strict=True):
+        assert proc.returncode == 0, output
+        assert "Traceback" not in output and "IntegrityError" not in output, output
+    runs = _rows(url, "select role, flags, trial_number from autotune_runs order by id")
+    measured = [json.dumps(json.loads(f) if isinstance(f, str) else f, sort_keys=True)
+                for role, f, _ in runs if role != "confirm"]
+    assert len(measured) == 6, runs
+    assert [c for c in Counter(measured).values() if c > 1] == [], measured
+    confirms = Counter(t for role, _, t in runs if role == "confirm")
+    assert list(confirms.values()) == [2], runs  # one leader, two rounds, no more
+    states = Counter(s for (s,) in _rows(url, "select state from autotune_claims"))
+    assert set(states) == {"done"}, states
+    assert _rows(url, "select count(*) from trials where state = 'RUNNING'") == [(0,)]

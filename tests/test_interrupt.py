@@ -1,0 +1,120 @@
+"""No trial left behind: real signals to a real `autotune study`, real trial processes.
+
+The study's workload never finishes building and starts a grandchild process
+(`workloads/hang.py`), so a trial is alive when the signal arrives. The
+functions that start, signal and count live in `benchmarks/scripts/kill_check.py`,
+which prints the same figures for the README.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from autotune._proc import run_bounded
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kill_check() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "kill_check", ROOT / "benchmarks" / "scripts" / "kill_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kill_check"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+kill_check = _kill_check()
+RUNNING = "select count(*) from trials where state = 'RUNNING'"
+INTERRUPTED = ("select count(*) from trial_user_attributes where key = 'outcome' "
+               "and value_json = '\"interrupted\"'")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [
+    (signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGHUP, 128 + signal.SIGHUP),
+    (signal.SIGINT, 128 + signal.SIGINT)])
+def test_a_stop_signal_ends_the_trial_and_marks_it_interrupted_at_once(tmp_path, signum, code):
+    proc = kill_check.start_study(tmp_path)
+    kill_check.wait_for_trial(proc, tmp_path)
+    left = kill_check.signal_and_count(proc, tmp_path, signum)
+    assert left == kill_check.Leftovers(processes=0, scratch_dirs=0, exit_code=code)
+    assert kill_check.count_rows(tmp_path, RUNNING) == 0
+    assert kill_check.count_rows(tmp_path, INTERRUPTED) == 1
+    grandchild = int((tmp_path / "hang.pid").read_text())
+    assert not Path(f"/proc/{grandchild}").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_study_takes_its_trial_down_and_the_next_start_marks_it(tmp_path):
+    proc = kill_check.start_study(tmp_path)
+    kill_check.wait_for_trial(proc, tmp_path)
+    left = kill_check.signal_and_count(proc, tmp_path, signal.SIGKILL)
+    assert left == kill_check.Leftovers(processes=0, scratch_dirs=0, exit_code=-signal.SIGKILL)
+    assert kill_check.count_rows(tmp_path, RUNNING) == 1  # nobody was left to say otherwise
+    (tmp_path / "hang.pid").unlink()
+    again = kill_check.start_study(tmp_path)  # its own baseline hangs too: stop it in its trial
+    kill_check.wait_for_trial(again, tmp_path)
+    assert kill_check.count_rows(tmp_path, INTERRUPTED) == 1  # marked before anything ran
+    kill_check.signal_and_count(again, tmp_path, signal.SIGTERM, wait_s=2)
+    assert kill_check.count_rows(tmp_path, RUNNING) == 0
+    assert kill_check.count_rows(tmp_path, INTERRUPTED) == 2  # the dead one, then the stopped
+
+
+def test_the_guard_ends_as_its_child_ended(tmp_path):
+    code = run_bounded([sys.executable, "-c", "raise SystemExit(7)"], os.environ, tmp_path, 30)
+    assert code.returncode == 7
+    killed = run_bounded([sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"],
+                         os.environ, tmp_path, 30)
+    assert killed.returncode == -signal.SIGKILL
+    missing = run_bounded([str(tmp_path / "no-such-program")], os.environ, tmp_path, 30)
+    assert missing.returncode == 127 and "cannot run" in missing.stderr
+
+
+def test_the_guard_applies_the_memory_limit_to_the_child_only(tmp_path):
+    probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    done = run_bounded([sys.executable, "-c", probe], os.environ, tmp_path, 30,
+                       memory_limit_bytes=2**34)
+    assert done.returncode == 0 and done.stdout.strip() == str(2**34)
+
+
+def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_dies(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    pid_file = tmp_path / "grandchild.pid"
+    child = ("import subprocess, time; p = subprocess.Popen(['sleep', '300']); "
+             f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    # A parent that starts the guard and then dies by SIGKILL, as a killed study would.
+    parent = subprocess.Popen([sys.executable, "-c", "\n".join([
+        "import os, subprocess, sys, time",
+        "from autotune._guard import argv_for",
+        f"argv = argv_for(os.getpid(), None, {str(scratch)!r}, [sys.executable, '-c', {child!r}])",
+        "subprocess.Popen(argv, start_new_session=True)",
+        "time.sleep(300)"])])
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    grandchild = int(pid_file.read_text())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{grandchild}").exists()
+    assert not scratch.exists()
+
+
+def test_nothing_forks_with_preexec_fn():
+    """`preexec_fn` is unsafe once another thread (a heartbeat) runs: the guard replaced it."""
+    sources = [p for p in (ROOT / "autotune").rglob("*.py") if "preexec_fn=" in p.read_text()]
+    assert sources == []
