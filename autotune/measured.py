@@ -15,6 +15,7 @@ from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
 from autotune.records import FlagValue, Role, RunRecord
+from autotune.results.ranking import peak_memory, within_budget
 
 #: Roles whose runs are the study's measurements of a configuration (not re-measurements).
 MEASURED_ROLES = (Role.BASELINE, Role.RECOMMENDED, Role.SEARCH)
@@ -88,18 +89,6 @@ class MeasuredIndex:
         ratios = [r.ratio for r in self.runs.values()
                   if r.role is not Role.BASELINE and r.ratio and within_budget(r, budget)]
         return min(ratios) if ratios else None
-
-
-def peak_memory(run: RunRecord) -> int | None:
-    """The run's peak memory in bytes, if measured."""
-    m = run.outcome.measurement
-    return m.peak_memory_bytes if m is not None else None
-
-
-def within_budget(run: RunRecord, budget: int | None) -> bool:
-    """False only when a budget is set and the run's measured peak memory exceeds it."""
-    peak = peak_memory(run)
-    return budget is None or peak is None or peak <= budget
 
 
 def objective_values(run: RunRecord, objectives: Sequence[str]) -> list[float] | None:

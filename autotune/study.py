@@ -44,12 +44,10 @@ from autotune._optuna import (
     trials_in,
 )
 from autotune._proc import deferred_interrupt, process_alive, raise_if_interrupted
-from autotune.analysis import ranked
-from autotune.confirm import baseline_trial, confirm_runs, needs_confirmation
 from autotune.errors import BaselineFailedError
 from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import Launcher
-from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values, peak_memory
+from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values
 from autotune.records import (
     ClaimRecord,
     ClaimState,
@@ -61,6 +59,8 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
+from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
+from autotune.results.ranking import peak_memory, ranked
 from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
 from autotune.stopping import prune_limit
 from autotune.storage.store import Store

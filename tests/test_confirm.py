@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotune.analysis import best_rows
 from autotune.cli import app
 from autotune.flags.catalog import load_catalog
 from autotune.launcher import TrialRequest
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.replay import ReplayLauncher, config_key
+from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study import StudyPlan, StudyRunner

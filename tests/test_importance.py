@@ -13,8 +13,14 @@ from typer.testing import CliRunner
 
 from autotune.cli._common import friendly
 from autotune.cli.importance import importance
-from autotune.importance import FlagEffect, compared_trials, flag_effects, load_trials, noise_level
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.results.importance import (
+    FlagEffect,
+    compared_trials,
+    flag_effects,
+    load_trials,
+    noise_level,
+)
 from autotune.storage.store import Store
 
 runner = CliRunner()

@@ -85,7 +85,7 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
         ("autotune.study", {"jax", "jaxlib"}),
         ("autotune.search", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
-        ("autotune.importance", {"jax", "optuna"}),
+        ("autotune.results.importance", {"jax", "optuna"}),
         ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
         ("autotune.child.run", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
         ("autotune.protocol", {"jax", "numpy", "optuna", "sqlalchemy", "typer", "yaml"}),
@@ -100,6 +100,20 @@ def test_heavy_modules_stay_off_the_import_path(module, forbidden):
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_the_read_model_imports_no_runner_launcher_storage_or_cli():
+    """`autotune.results` works on plain records: what it shows cannot depend on who runs."""
+    modules = sorted(f"autotune.results.{p.stem}" for p in (ROOT / "autotune" / "results").glob(
+        "*.py") if p.stem != "__init__")
+    forbidden = ["autotune.study", "autotune.launcher", "autotune.storage", "autotune.cli",
+                 "autotune.trials", "autotune.measured"]
+    code = (f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
+            f"print(sorted(m for m in {forbidden!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert len(modules) >= 5 and done.stdout.strip() == "[]"
 
 
 def test_the_mutation_testing_configuration_names_files_that_exist():

@@ -10,7 +10,25 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autotune.analysis import (
+from autotune.flags.catalog import load_catalog
+from autotune.records import (
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    StudyRecord,
+    TrialOutcome,
+)
+from autotune.results.confirmation import (
+    Confirmation,
+    baseline_trial,
+    confirm_runs,
+    confirmation,
+    needs_confirmation,
+)
+from autotune.results.ranking import (
     best_row_json,
     best_rows,
     changed_flags,
@@ -24,24 +42,6 @@ from autotune.analysis import (
     ranked,
     study_row,
     trial_rows,
-)
-from autotune.confirm import (
-    Confirmation,
-    baseline_trial,
-    confirm_runs,
-    confirmation,
-    needs_confirmation,
-)
-from autotune.flags.catalog import load_catalog
-from autotune.records import (
-    Environment,
-    Measurement,
-    MeasureMode,
-    OutcomeKind,
-    Role,
-    RunRecord,
-    StudyRecord,
-    TrialOutcome,
 )
 from autotune.stats import RatioEstimate
 

@@ -1,12 +1,20 @@
-"""Reading never writes: read commands on foreign, old and current databases; JSON output."""
+"""Reading never writes: read commands on foreign, old and current databases; JSON output.
+
+Each test runs on SQLite and on PostgreSQL (`url` in conftest.py: a fresh database
+of each kind). "Left as it was" is the file's bytes on SQLite and every table's
+rows on PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -16,15 +24,38 @@ from autotune.storage.store import HEAD_REVISION
 
 runner = CliRunner()
 READERS = [["studies"], ["best", "s"], ["trials", "s"], ["export", "s", "-o", "x.yaml"],
-           ["importance", "s"]]
+           ["importance", "s"], ["export", "s", "--format", "json", "-o", "-"],
+           ["importance", "s", "--format", "json"]]
+IDS = [" ".join(a) for a in READERS]
 
 
 def invoke(*args: str, url: str):
     return runner.invoke(app, [*args, "--storage", url])
 
 
-def url_of(path: Path) -> str:
-    return f"sqlite:///{path}"
+def snapshot(url: str) -> Any:
+    """What "left as it was" compares: a SQLite file's bytes, else every table's rows."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "")
+        return path.read_bytes() if path.exists() else None
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {name: sorted(map(repr, connection.execute(text(f'SELECT * FROM "{name}"'))))
+                    for name in sorted(inspect(connection).get_table_names())}
+    finally:
+        engine.dispose()
+
+
+def execute(url: str, *statements: str) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            for statement in statements:
+                connection.execute(text(statement))
+    finally:
+        engine.dispose()
 
 
 def paired(ratio: float, fingerprint: str, same: int | None = None) -> Measurement:
@@ -36,10 +67,9 @@ def paired(ratio: float, fingerprint: str, same: int | None = None) -> Measureme
 
 
 @pytest.fixture
-def study_db(tmp_path: Path) -> Path:
+def study_db(url: str) -> str:
     """An autotune database with one study: a baseline, a search run, one not timed."""
-    path = tmp_path / "autotune.db"
-    store = Store.open(url_of(path))
+    store = Store.open(url)
     store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
     ok = OutcomeKind.OK
     store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(ok, "", paired(1.0, "base")),
@@ -50,72 +80,87 @@ def study_db(tmp_path: Path) -> Path:
                      TrialOutcome(ok, "the same program as trial 1, which measured it",
                                   paired(0.9, "fast", same=1)), ratio=0.9)
     store.close()
-    return path
+    _optuna_trials(url)
+    return url
 
 
-@pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
-def test_a_database_without_autotune_tables_is_refused_and_left_byte_identical(tmp_path, args):
-    path = tmp_path / "other.db"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE notes (body TEXT)")
-        db.execute("INSERT INTO notes VALUES ('mine')")
-    before = path.read_bytes()
-    result = invoke(*args, url=url_of(path))
+def _optuna_trials(url: str) -> None:
+    """Optuna's side of the same three trials (importance reads it)."""
+    import optuna
+
+    fast = optuna.distributions.CategoricalDistribution([False, True])
+    level = optuna.distributions.CategoricalDistribution([0, 1, 2, 3])
+    study = optuna.create_study(study_name="s", storage=url)
+    for role, params, value in (("baseline", {}, 1.0),
+                                ("search", {"xla_cpu_enable_fast_math": True}, 0.9),
+                                ("search", {"xla_backend_optimization_level": 2}, 0.9)):
+        study.add_trial(optuna.trial.create_trial(
+            params=params, value=value, user_attrs={"role": role},
+            distributions={k: fast if "fast" in k else level for k in params}))
+
+
+@pytest.mark.parametrize("args", READERS, ids=IDS)
+def test_a_database_without_autotune_tables_is_refused_and_left_as_it_was(url, args):
+    execute(url, "CREATE TABLE notes (body TEXT)", "INSERT INTO notes VALUES ('mine')")
+    before = snapshot(url)
+    result = invoke(*args, url=url)
     assert result.exit_code == 2, result.output
-    assert f"the database sqlite:///{path} is not an autotune database (it holds no autotune " \
-           "tables)" in result.output.replace("\n", " ")
-    assert path.read_bytes() == before
+    assert "is not an autotune database (it holds no autotune tables)" \
+        in result.output.replace("\n", " ")
+    assert snapshot(url) == before
 
 
-@pytest.mark.parametrize("args", READERS, ids=[a[0] for a in READERS])
+@pytest.mark.parametrize("args", READERS, ids=IDS)
 def test_a_database_at_an_older_revision_asks_for_db_upgrade_and_is_left_as_it_was(
         study_db, args):
-    with sqlite3.connect(study_db) as db:
-        db.execute("UPDATE autotune_alembic_version SET version_num = '0001'")
-    before = study_db.read_bytes()
-    result = invoke(*args, url=url_of(study_db))
+    execute(study_db, "UPDATE autotune_alembic_version SET version_num = '0001'")
+    before = snapshot(study_db)
+    result = invoke(*args, url=study_db)
     assert result.exit_code == 2, result.output
-    text = result.output.replace("\n", " ")
+    said = result.output.replace("\n", " ")
     assert f"is at schema revision '0001', this autotune needs '{HEAD_REVISION}': run " \
-           "`autotune db upgrade`" in text
-    assert study_db.read_bytes() == before
+           "`autotune db upgrade`" in said
+    assert snapshot(study_db) == before
 
 
-@pytest.mark.parametrize("args", READERS[:3], ids=[a[0] for a in READERS[:3]])
+@pytest.mark.parametrize("args", [a for a in READERS if "-o" not in a or "-" in a],
+                         ids=[i for i, a in zip(IDS, READERS, strict=True)
+                              if "-o" not in a or "-" in a])
 def test_reading_a_current_database_writes_nothing(study_db, args):
-    before = study_db.read_bytes()
-    result = invoke(*args, url=url_of(study_db))
+    before = snapshot(study_db)
+    result = invoke(*args, url=study_db)
     assert result.exit_code == 0, result.output
-    assert study_db.read_bytes() == before
+    assert snapshot(study_db) == before
 
 
-def test_db_current_reads_the_revision_and_db_upgrade_creates_the_tables(tmp_path):
-    path = tmp_path / "new.db"
-    missing = invoke("db", "current", url=url_of(path))
-    assert missing.exit_code == 2 and "no database at" in missing.output and not path.exists()
-    assert invoke("db", "upgrade", url=url_of(path)).exit_code == 0
-    shown = invoke("db", "current", "--format", "json", url=url_of(path))
+def test_db_current_reads_the_revision_and_db_upgrade_creates_the_tables(url):
+    assert invoke("db", "upgrade", url=url).exit_code == 0
+    shown = invoke("db", "current", "--format", "json", url=url)
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.output) == {"current": HEAD_REVISION, "head": HEAD_REVISION,
                                         "up_to_date": True}
-    text = invoke("db", "current", url=url_of(path)).output
+    said = invoke("db", "current", url=url).output
     assert f"database at revision {HEAD_REVISION}; this autotune needs {HEAD_REVISION} " \
-           "(up to date)" in text
+           "(up to date)" in said
 
 
-def test_db_current_on_a_foreign_database_says_none(tmp_path):
-    path = tmp_path / "other.db"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE notes (body TEXT)")
-    before = path.read_bytes()
-    shown = invoke("db", "current", "--format", "json", url=url_of(path))
+def test_db_current_of_a_missing_sqlite_file_creates_nothing(tmp_path):
+    path = tmp_path / "new.db"
+    missing = invoke("db", "current", url=f"sqlite:///{path}")
+    assert missing.exit_code == 2 and "no database at" in missing.output and not path.exists()
+
+
+def test_db_current_on_a_foreign_database_says_none(url):
+    execute(url, "CREATE TABLE notes (body TEXT)")
+    before = snapshot(url)
+    shown = invoke("db", "current", "--format", "json", url=url)
     assert json.loads(shown.output) == {"current": None, "head": HEAD_REVISION,
                                         "up_to_date": False}
-    assert path.read_bytes() == before
+    assert snapshot(url) == before
 
 
 def test_trials_as_json_has_one_object_per_run_with_stable_keys(study_db):
-    result = invoke("trials", "s", "--format", "json", url=url_of(study_db))
+    result = invoke("trials", "s", "--format", "json", url=study_db)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [sorted(row) for row in rows] == [sorted([
@@ -131,7 +176,7 @@ def test_trials_as_json_has_one_object_per_run_with_stable_keys(study_db):
 
 
 def test_studies_as_json_lists_each_study_with_stable_keys(study_db):
-    result = invoke("studies", "--format", "json", url=url_of(study_db))
+    result = invoke("studies", "--format", "json", url=study_db)
     assert result.exit_code == 0, result.output
     [row] = json.loads(result.output)
     assert {k: row[k] for k in ("name", "space", "benchmark", "preset", "devices", "trials",
@@ -142,7 +187,7 @@ def test_studies_as_json_lists_each_study_with_stable_keys(study_db):
 
 
 def test_best_as_json_lists_the_baseline_then_the_ranked_programs(study_db):
-    result = invoke("best", "s", "--format", "json", url=url_of(study_db))
+    result = invoke("best", "s", "--format", "json", url=study_db)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [(r["rank"], r["trial"]) for r in rows] == [(None, 0), (1, 1)]  # trial 2: trial 1's
@@ -152,5 +197,52 @@ def test_best_as_json_lists_the_baseline_then_the_ranked_programs(study_db):
 
 
 def test_an_unknown_format_is_refused(study_db):
-    result = invoke("studies", "--format", "xml", url=url_of(study_db))
+    result = invoke("studies", "--format", "xml", url=study_db)
     assert result.exit_code == 2 and "xml" in result.output
+
+
+def test_export_as_json_is_the_yaml_document_with_the_same_keys(study_db, tmp_path):
+    as_yaml = tmp_path / "best.yaml"
+    assert invoke("export", "s", "-o", str(as_yaml), url=study_db).exit_code == 0
+    result = invoke("export", "s", "--format", "json", "-o", "-", url=study_db)
+    assert result.exit_code == 0, result.output
+    document, written = json.loads(result.output), yaml.safe_load(as_yaml.read_text())
+    document.pop("exported_at"), written.pop("exported_at")
+    assert document == written
+    assert document["trial"] == 1 and document["flags"] == {"xla_cpu_enable_fast_math": True}
+    assert document["measured"]["search_speedup"] == pytest.approx(1 / 0.9)
+
+
+def test_export_writes_json_to_best_json_by_default(study_db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("export", "s", "--format", "json", url=study_db)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "best.json").read_text())["schema_version"] == 1
+    refused = invoke("export", "s", "--format", "toml", url=study_db)
+    assert refused.exit_code == 2 and "toml" in refused.output
+
+
+def test_importance_as_json_has_one_object_per_param_with_stable_keys(study_db):
+    result = invoke("importance", "s", "--format", "json", url=study_db)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert sorted(document) == ["flags", "noise", "study", "trials"]
+    assert document["study"] == "s" and document["trials"] == 2
+    assert sorted(f["param"] for f in document["flags"]) == [
+        "xla_backend_optimization_level", "xla_cpu_enable_fast_math"]
+    assert {tuple(sorted(f)) for f in document["flags"]} == {(
+        "best_ratio", "best_value", "effect", "importance", "measurable", "param", "rank",
+        "trials", "values_tried", "worst_ratio", "worst_value")}
+    assert all(f["values_tried"] == 1 and f["rank"] is None for f in document["flags"])
+
+
+def test_importance_as_json_with_nothing_to_compare_says_so_in_its_keys(url):
+    with Store.open(url) as store:
+        store.ensure_study("young", "cpu", "matmul", "tiny", 1, "paired")
+    import optuna
+
+    optuna.create_study(study_name="young", storage=url)
+    result = invoke("importance", "young", "--format", "json", url=url)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {"study": "young", "trials": 0, "noise": None,
+                                         "flags": []}

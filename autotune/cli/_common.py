@@ -138,14 +138,10 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
 
 
 def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    return f"{n} B"
+    """Bytes as the read model writes them (`results.notes.size_text`)."""
+    from autotune.results.notes import size_text
+
+    return size_text(n)
 
 
 def fmt_flags(flags: dict[str, Any], sep: str = "\n") -> str:

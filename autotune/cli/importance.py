@@ -6,12 +6,22 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
+from autotune.cli._common import (
+    DEFAULT_STORAGE,
+    FormatOpt,
+    OutputFormat,
+    StorageOpt,
+    literal,
+    open_store,
+    out,
+    print_json,
+)
 
 
 def importance(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     storage: StorageOpt = DEFAULT_STORAGE,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
     """Rank a study's flags by how much they moved the step time, against the noise.
 
@@ -22,7 +32,13 @@ def importance(
     the study's objectives wherever it stands (`memory,time` puts it second).
     """
     from autotune.errors import UsageError
-    from autotune.importance import compared_trials, flag_effects, load_trials, noise_level
+    from autotune.results.importance import (
+        compared_trials,
+        flag_effects,
+        importance_json,
+        load_trials,
+        noise_level,
+    )
 
     store = open_store(storage, must_exist=True)
     record = store.get_study(study_name)
@@ -31,13 +47,18 @@ def importance(
                          "flags by their effect on step time, which its trials do not optimise. "
                          "Use a study run with --objective time or time,memory")
     trials = compared_trials(load_trials(store.url, study_name))
-    if len(trials) < 2:
+    enough = len(trials) >= 2
+    noise = noise_level(store.runs(study_name)) if enough else None
+    effects = flag_effects(trials, noise, objective_index=record.objectives.index("time")) \
+        if enough else []
+    if fmt is OutputFormat.JSON:
+        print_json(importance_json(study_name, len(trials), noise, effects))
+        return
+    if not enough:
         out.print(f"nothing to compare yet: study {literal(repr(study_name))} has {len(trials)} "
                   "complete search trial(s) and flag importance needs at least 2; run more trials "
                   "(the same `autotune study` command with a larger --trials)", highlight=False)
         return
-    noise = noise_level(store.runs(study_name))
-    effects = flag_effects(trials, noise, objective_index=record.objectives.index("time"))
     _print_table(study_name, effects, noise)
     _print_notes(len(trials), noise)
 

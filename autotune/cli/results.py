@@ -15,6 +15,7 @@ from autotune.cli._common import (
     fmt_bytes,
     fmt_flags,
     literal,
+    one_of,
     open_store,
     out,
     print_json,
@@ -26,8 +27,9 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     """The best table of a study and the notes that qualify it (or its rows as JSON)."""
     from rich.table import Table
 
-    from autotune.analysis import best_row_json, best_rows
     from autotune.flags.catalog import load_catalog
+    from autotune.results.notes import study_notes
+    from autotune.results.ranking import best_row_json, best_rows
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
@@ -56,21 +58,18 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     out.print(table)
     if record.multi_objective:
         _print_pareto(record, runs)
-    _print_footer(runs)
-    _print_budget_note(record, runs)
-    _print_noise_note(rows)
-    _print_backend_note(record, runs)
+    for note in study_notes(record, runs, rows):
+        out.print(literal(note.text), highlight=False)
 
 
 def _print_pareto(record: Any, runs: list[Any]) -> None:
     """The time/memory Pareto front: no configuration beats one of these on both."""
     from rich.table import Table
 
-    from autotune.analysis import changed_flags, pareto_front
-    from autotune.confirm import confirmation
     from autotune.flags.catalog import load_catalog
-    from autotune.measured import peak_memory
     from autotune.records import Role
+    from autotune.results.confirmation import confirmation
+    from autotune.results.ranking import changed_flags, pareto_front, peak_memory
 
     catalog = load_catalog()
     table = Table(title=f"Pareto front of {literal(record.name)}: time vs peak memory "
@@ -87,18 +86,6 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     out.print(table)
 
 
-def _print_budget_note(record: Any, runs: list[Any]) -> None:
-    from autotune.analysis import over_budget
-
-    budget = record.memory_budget_bytes
-    if budget is None:
-        return
-    over = over_budget(runs, budget)
-    out.print(f"memory budget {fmt_bytes(budget)}: {over} configuration"
-              f"{'' if over == 1 else 's'} above it are infeasible and not ranked",
-              highlight=False)
-
-
 def _confirmed_text(c: Any) -> str:
     """A confirmation (or None) in words, with its interval."""
     if c is None:
@@ -110,49 +97,6 @@ def _confirmed_text(c: Any) -> str:
     low, high = c.estimate.speedup_interval
     text = f"×{c.estimate.speedup:.3f} [{low:.3f}, {high:.3f}]"
     return text + (" no measurable gain" if c.estimate.includes_one else "")
-
-
-def _print_footer(runs: list[Any]) -> None:
-    from autotune.analysis import measured_elsewhere, outcome_counts
-
-    counts = ", ".join(f"{k}: {v}" for k, v in sorted(outcome_counts(runs).items()))
-    sources = sorted({r.outcome.measurement.memory_source for r in runs
-                      if r.outcome.measurement is not None})
-    out.print(f"runs by outcome: {counts or 'none'}", highlight=False)
-    if same := measured_elsewhere(runs):
-        out.print(f"{same} trials compiled to a program another trial had timed: not timed "
-                  "again, each shown as that trial's row", highlight=False)
-    out.print("speedup = baseline median step time / configuration's median step time. Search: "
-              "one paired process per trial (baseline row: default vs default, the noise floor). "
-              "Confirmed: re-measured in fresh processes interleaved with the baseline; an "
-              "interval that holds 1.0 is no measurable gain.", highlight=False)
-    out.print(f"peak memory from: {literal(', '.join(sources)) or '-'}", highlight=False)
-
-
-def _print_backend_note(record: Any, runs: list[Any]) -> None:
-    """Say when the space's flags are for another backend than the trials ran on."""
-    from autotune.analysis import measured_backend
-
-    ran_on = measured_backend(runs)
-    if record.space_backend in (None, "any") or ran_on in (None, record.space_backend):
-        return
-    out.print(f"note: space '{literal(record.space)}' holds {literal(record.space_backend)} "
-              f"flags but the trials ran on {literal(ran_on)}: the flags had no effect to "
-              "measure; differences are noise.",
-              highlight=False)
-
-
-def _print_noise_note(rows: list[Any]) -> None:
-    """Say when the unconfirmed best speedup is not outside the baseline's own A/A spread."""
-    base = next((r for r in rows if r.rank is None and r.speedup), None)
-    top = next((r for r in rows if r.rank == 1 and r.speedup), None)
-    if base is None or top is None or top.confirmed:
-        return
-    noise = abs(base.speedup - 1)
-    if abs(top.speedup - 1) <= noise:
-        out.print(f"note: the best speedup ×{top.speedup:.3f} is within this study's noise floor "
-                  f"(baseline vs itself: ×{base.speedup:.3f}); no measurable gain on this "
-                  "workload so far.", highlight=False)
 
 
 def best(
@@ -168,19 +112,27 @@ def best(
 
 def export(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="YAML file to write.")]
-    = Path("best.yaml"),
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="File to write (default best.yaml or best.json; - for stdout).")]
+    = None,
     rank: Annotated[int, typer.Option(min=1, help="Which configuration (1 = best).")] = 1,
     storage: StorageOpt = DEFAULT_STORAGE,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="yaml or json: the same document, same keys.")] = "yaml",
 ) -> None:
-    """Write the best configuration, how it was measured and on what, as YAML."""
-    from autotune.export import export_document, write_export
+    """Write the best configuration, how it was measured and on what, as YAML or JSON."""
     from autotune.flags.catalog import load_catalog
+    from autotune.results.export import ExportFormat, export_document, render_export, write_export
 
+    form = ExportFormat(one_of(fmt, (f.value for f in ExportFormat), "export format"))
     store = open_store(storage, must_exist=True)
     record = store.get_study(study_name)
     document = export_document(record, store.runs(study_name), load_catalog(), rank=rank)
-    write_export(document, output)
+    if output == Path("-"):
+        typer.echo(render_export(document, form), nl=False)
+        return
+    output = output or Path(f"best.{form.value}")
+    write_export(document, output, form)
     measured = document["measured"]
     out.print(f"wrote {literal(output)}: trial {document['trial']}, ×{measured['speedup']:.3f} "
               f"vs baseline ({measured['verdict']})", highlight=False)
@@ -193,7 +145,7 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
     """List the studies in the database."""
     from rich.table import Table
 
-    from autotune.analysis import study_row
+    from autotune.results.ranking import study_row
 
     store = open_store(storage, must_exist=True)
     rows = [study_row(rec, store.runs(rec.name)) for rec in store.list_studies()]
@@ -239,7 +191,7 @@ def trials(
     """Every measurement run of a study with its step-time statistics and outcome."""
     from rich.table import Table
 
-    from autotune.analysis import trial_rows
+    from autotune.results.ranking import trial_rows
 
     store = open_store(storage, must_exist=True)
     runs = store.runs(study_name)

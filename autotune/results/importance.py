@@ -242,3 +242,20 @@ def _levels(pairs: list[tuple[Any, float]]) -> dict[Any, list[float]]:
     for value, ratio in pairs:
         grouped[label[value]].append(ratio)
     return grouped
+
+
+def importance_json(study_name: str, trials: int, noise: float | None,
+                    effects: Sequence[FlagEffect]) -> dict[str, Any]:
+    """`importance --format json`: the study, how many trials were compared, the noise, and
+    one object per param (stable keys; `rank` is null for effects within the noise)."""
+    rank, flags = 0, []
+    for e in effects:
+        rank += e.measurable
+        flags.append({
+            "param": e.param, "rank": rank if e.measurable else None,
+            "importance": e.importance, "effect": e.effect,
+            "best_value": e.best_value, "best_ratio": e.best_ratio,
+            "worst_value": e.worst_value, "worst_ratio": e.worst_ratio,
+            "values_tried": e.values_tried, "trials": e.trials, "measurable": e.measurable,
+        })
+    return {"study": study_name, "trials": trials, "noise": noise, "flags": flags}

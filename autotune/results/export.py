@@ -1,4 +1,4 @@
-"""Write the winning configuration as the export YAML (`schema_version: 1`).
+"""Write the winning configuration as the export document (`schema_version: 1`), YAML or JSON.
 
 The file says what to set (flags, environment variables, the ready XLA_FLAGS
 string), what was measured and on what, so a user can apply it to their own
@@ -7,16 +7,18 @@ job and know what to expect.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from autotune.analysis import changed_flags, ordered
-from autotune.confirm import Confirmation
 from autotune.errors import ExportError
 from autotune.records import Role, RunRecord, StudyRecord
+from autotune.results.confirmation import Confirmation
+from autotune.results.ranking import changed_flags, ordered
 
 EXPORT_SCHEMA_VERSION = 1
 
@@ -108,9 +110,24 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
     }
 
 
-def write_export(document: dict[str, Any], path: Path) -> None:
-    """Write the export YAML; raises ExportError when the file cannot be written."""
-    text = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+class ExportFormat(StrEnum):
+    """The forms one export document is written in."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
+def render_export(document: dict[str, Any], fmt: ExportFormat = ExportFormat.YAML) -> str:
+    """The export document as text: YAML (keys in document order) or JSON (indented)."""
+    if fmt is ExportFormat.JSON:
+        return json.dumps(document, indent=1) + "\n"
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
+def write_export(document: dict[str, Any], path: Path,
+                 fmt: ExportFormat = ExportFormat.YAML) -> None:
+    """Write the export document; raises ExportError when the file cannot be written."""
+    text = render_export(document, fmt)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:

@@ -10,10 +10,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.confirm import Confirmation, confirmation
 from autotune.flags.compose import config_key, effective_config
-from autotune.measured import peak_memory, within_budget
 from autotune.records import FlagValue, Role, RunRecord, StudyRecord
+from autotune.results.confirmation import Confirmation, confirmation
+
+
+def peak_memory(run: RunRecord) -> int | None:
+    """The run's peak memory in bytes, if measured."""
+    m = run.outcome.measurement
+    return m.peak_memory_bytes if m is not None else None
+
+
+def within_budget(run: RunRecord, budget: int | None) -> bool:
+    """False only when a budget is set and the run's measured peak memory exceeds it."""
+    peak = peak_memory(run)
+    return budget is None or peak is None or peak <= budget
+
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,94 @@
+"""The notes that qualify a study's best table, computed once for every renderer.
+
+Each note is a plain sentence (no markup) with a stable `kind`, so the CLI
+prints it and `--format json` or the dashboard can show the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.records import RunRecord, StudyRecord
+from autotune.results.ranking import (
+    BestRow,
+    measured_backend,
+    measured_elsewhere,
+    outcome_counts,
+    over_budget,
+)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One sentence about a study's results; `kind` names what it is about."""
+
+    kind: str
+    text: str
+
+
+def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
+                rows: Sequence[BestRow]) -> list[Note]:
+    """The notes under `best`, in the order they are printed."""
+    notes = [Note("outcomes", "runs by outcome: " + (", ".join(
+        f"{k}: {v}" for k, v in sorted(outcome_counts(list(runs)).items())) or "none"))]
+    if same := measured_elsewhere(list(runs)):
+        notes.append(Note("same_program", f"{same} trials compiled to a program another trial "
+                          "had timed: not timed again, each shown as that trial's row"))
+    notes.append(Note("speedup", "speedup = baseline median step time / configuration's "
+                      "median step time. Search: one paired process per trial (baseline row: "
+                      "default vs default, the noise floor). Confirmed: re-measured in fresh "
+                      "processes interleaved with the baseline; an interval that holds 1.0 is "
+                      "no measurable gain."))
+    sources = sorted({r.outcome.measurement.memory_source for r in runs
+                      if r.outcome.measurement is not None})
+    notes.append(Note("memory_source", f"peak memory from: {', '.join(sources) or '-'}"))
+    notes += [n for n in (budget_note(record, runs), noise_note(rows),
+                          backend_note(record, runs)) if n is not None]
+    return notes
+
+
+def budget_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
+    """How many configurations the memory budget left out (None without a budget)."""
+    budget = record.memory_budget_bytes
+    if budget is None:
+        return None
+    over = over_budget(list(runs), budget)
+    return Note("memory_budget", f"memory budget {size_text(budget)}: {over} configuration"
+                f"{'' if over == 1 else 's'} above it are infeasible and not ranked")
+
+
+def noise_note(rows: Sequence[BestRow]) -> Note | None:
+    """Said when the unconfirmed best speedup is not outside the baseline's own A/A spread."""
+    base = next((r for r in rows if r.rank is None and r.speedup), None)
+    top = next((r for r in rows if r.rank == 1 and r.speedup), None)
+    if base is None or top is None or top.confirmed:
+        return None
+    assert base.speedup is not None and top.speedup is not None
+    if abs(top.speedup - 1) > abs(base.speedup - 1):
+        return None
+    return Note("noise_floor", f"note: the best speedup ×{top.speedup:.3f} is within this "
+                f"study's noise floor (baseline vs itself: ×{base.speedup:.3f}); no measurable "
+                "gain on this workload so far.")
+
+
+def backend_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
+    """Said when the space's flags are for another backend than the trials ran on."""
+    ran_on = measured_backend(list(runs))
+    if record.space_backend in (None, "any") or ran_on in (None, record.space_backend):
+        return None
+    return Note("backend", f"note: space '{record.space}' holds {record.space_backend} flags "
+                f"but the trials ran on {ran_on}: the flags had no effect to measure; "
+                "differences are noise.")
+
+
+def size_text(n: int | None) -> str:
+    """Bytes in binary units with one decimal, as tables show them (`-` for None)."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{n} B"
