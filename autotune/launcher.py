@@ -48,6 +48,8 @@ class TrialRequest:
         workdir: the child's working directory (default: a scratch folder of its own).
         known_programs: program fingerprint -> the trial that measured it; the
             child compiles, and times nothing when its program is among them.
+        memory_budget_bytes: the child times nothing when the compiled program
+            needs more (the outcome is `over_budget`); None: no budget.
     """
 
     workload: Path
@@ -64,6 +66,7 @@ class TrialRequest:
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     workdir: Path | None = None
     known_programs: Mapping[str, int] = field(default_factory=dict)
+    memory_budget_bytes: int | None = None
 
 
 class Launcher(ABC):
@@ -126,6 +129,7 @@ class SubprocessLauncher(Launcher):
             steps=request.steps, warmup=request.warmup, max_warmup=request.max_warmup,
             prune_ratio=request.prune_ratio, compiler_options=request.compiler_options,
             artifact_dir=str(scratch), known_programs=dict(request.known_programs),
+            memory_budget_bytes=request.memory_budget_bytes,
         ).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env

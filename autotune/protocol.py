@@ -65,6 +65,8 @@ class Job:
         known_programs: program fingerprint -> the trial that measured it; a
             candidate whose program is among them is not timed again.
         artifact_dir: where the child keeps compiler dumps and profiles.
+        memory_budget_bytes: a candidate whose compiled footprint exceeds it
+            is not timed: its result says `over_budget`. None: no budget.
     """
 
     steps: int = 20
@@ -78,6 +80,7 @@ class Job:
     phases: tuple[Phase, ...] = (Phase.COMPILE, Phase.MEASURE)
     known_programs: Mapping[str, int] = field(default_factory=dict)
     artifact_dir: str | None = None
+    memory_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _check_job(self)
@@ -165,6 +168,10 @@ def _check_job(job: Job) -> None:
             isinstance(k, str) and _is_int(v) for k, v in job.known_programs.items())):
         raise ProtocolError("job field 'known_programs': expected an object of fingerprints "
                             f"to trial numbers, got {job.known_programs!r}")
+    budget = job.memory_budget_bytes
+    if budget is not None and not (_is_int(budget) and budget > 0):
+        raise ProtocolError(f"job field 'memory_budget_bytes': expected a positive integer or "
+                            f"null, got {budget!r}")
     if job.artifact_dir is not None and not isinstance(job.artifact_dir, str):
         raise ProtocolError(f"job field 'artifact_dir': expected a path, got {job.artifact_dir!r}")
 

@@ -28,6 +28,7 @@ class OutcomeKind(StrEnum):
     NONFINITE = "nonfinite"
     NUMERICS_MISMATCH = "numerics_mismatch"
     PRUNED = "pruned"
+    OVER_BUDGET = "over_budget"
 
 
 class Role(StrEnum):

@@ -93,3 +93,12 @@ def prune_limit(margin: float | None, best_ratio: float | None, *, paired: bool,
     if margin is None or best_ratio is None or not paired or not time_only:
         return None
     return margin * best_ratio
+
+
+def over_budget(footprint: int | None, budget: int | None) -> bool:
+    """Whether a compiled footprint exceeds the memory budget, so the candidate is not timed.
+
+    False without a budget, or without a figure (a backend that gives no
+    memory analysis is timed, and judged on what it measured).
+    """
+    return budget is not None and footprint is not None and footprint > budget

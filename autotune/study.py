@@ -453,6 +453,8 @@ class StudyRunner:
         request = self.judge.request(config)
         if role is Role.SEARCH:
             request = replace(request, prune_ratio=self._prune_ratio(index))
+        if role is not Role.BASELINE:  # the baseline is always timed: it is the reference
+            request = replace(request, memory_budget_bytes=self.plan.memory_budget_bytes)
         if role is not Role.BASELINE and request.compiler_options is not None:
             request = replace(request, known_programs=index.known_programs())
         with beating(study, trial):

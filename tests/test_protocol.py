@@ -30,7 +30,7 @@ def test_a_job_survives_its_json_round_trip():
     job = Job(steps=7, warmup=1, max_warmup=4, settle_window=3, settle_tolerance=0.1,
               prune_ratio=1.3, prune_after=5, compiler_options={"xla_cpu_enable_fast_math": True},
               phases=(Phase.COMPILE, Phase.MEASURE), known_programs={"abc": 3},
-              artifact_dir="/tmp/x")
+              artifact_dir="/tmp/x", memory_budget_bytes=2**30)
     text = job.to_json()
     assert json.loads(text)["schema_version"] == SCHEMA_VERSION == 1
     assert Job.from_json(text) == job and Job.from_json(text).paired
@@ -54,6 +54,9 @@ def test_a_job_survives_its_json_round_trip():
     ({"schema_version": 1, "phases": ["compile", "bake"]}, "job field 'phases': 'bake'"),
     ({"schema_version": 1, "known_programs": {"abc": "3"}}, "job field 'known_programs'"),
     ({"schema_version": 1, "artifact_dir": 3}, "job field 'artifact_dir'"),
+    ({"schema_version": 1, "memory_budget_bytes": 0}, "job field 'memory_budget_bytes': "
+     "expected a positive integer or null, got 0"),
+    ({"schema_version": 1, "memory_budget_bytes": 1.5}, "job field 'memory_budget_bytes'"),
 ])
 def test_a_bad_job_names_its_field(body, words):
     with pytest.raises(ProtocolError) as info:
@@ -62,7 +65,8 @@ def test_a_bad_job_names_its_field(body, words):
 
 
 def test_the_smallest_values_of_each_bound_are_accepted():
-    job = Job(steps=1, warmup=0, max_warmup=0, settle_window=1, prune_after=1, prune_ratio=0.5)
+    job = Job(steps=1, warmup=0, max_warmup=0, settle_window=1, prune_after=1, prune_ratio=0.5,
+              memory_budget_bytes=1)
     assert Job.from_json(job.to_json()) == job
     with pytest.raises(ProtocolError, match="^job field 'prune_ratio': expected a positive "
                                             "number or null, got 0$"):
@@ -170,10 +174,19 @@ def test_compile_only_fingerprints_and_a_known_program_is_not_timed(tmp_path):
     assert "step_times_s" not in known and known["fingerprint"] == compiled["fingerprint"]
 
     timed = run_child(Job(steps=3, warmup=1, max_warmup=1, compiler_options={},
-                          artifact_dir=str(tmp_path / "c"), known_programs={"other": 1}),
+                          artifact_dir=str(tmp_path / "c"), known_programs={"other": 1},
+                          memory_budget_bytes=compiled["peak_memory_bytes"]),
                       tmp_path)
     assert len(timed["step_times_s"]) == 3 == len(timed["baseline_step_times_s"])
-    assert "same_program_as" not in timed
+    assert "same_program_as" not in timed and timed["status"] == "ok"  # at the budget: timed
+
+    over = run_child(Job(compiler_options={}, artifact_dir=str(tmp_path / "d"),
+                         memory_budget_bytes=compiled["peak_memory_bytes"] - 1), tmp_path)
+    assert over["status"] == "over_budget" and "step_times_s" not in over
+    assert over["message"] == (f"the compiled program needs {compiled['peak_memory_bytes']} "
+                               f"bytes, above the memory budget of "
+                               f"{compiled['peak_memory_bytes'] - 1} bytes: not timed")
+    assert over["peak_memory_bytes"] == compiled["peak_memory_bytes"]
 
 
 @pytest.mark.slow

@@ -413,3 +413,152 @@ def test_a_no_op_row_is_confirmed_at_one_without_an_interval():
     [row] = [best_row_json(r) for r in best_rows(s.runs, load_catalog())]
     assert (row["confirmed_speedup"], row["confirmed_interval"], row["verdict"]) == (
         1.0, None, "no measurable gain")
+
+
+# --- the notes under best ---------------------------------------------------------------------
+
+
+def study(budget: int | None = None, backend: str | None = "cpu") -> StudyRecord:
+    return StudyRecord("s", "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, WHEN,
+                       space_backend=backend, memory_budget_bytes=budget)
+
+
+def test_the_noise_note_is_said_only_when_the_best_is_inside_the_baselines_own_spread():
+    from autotune.results.notes import noise_note
+
+    catalog = load_catalog()
+    inside = Runs()
+    inside.add(Role.BASELINE, {}, 1 / 1.04)  # A/A: x1.04
+    inside.add(Role.SEARCH, {FAST: True}, 1 / 1.03)
+    note = noise_note(best_rows(inside.runs, catalog))
+    assert note is not None and note.kind == "noise_floor"
+    assert "×1.030 is within this study's noise floor (baseline vs itself: ×1.040)" in note.text
+    edge = Runs()
+    edge.add(Role.BASELINE, {}, 1 / 1.04)
+    edge.add(Role.SEARCH, {FAST: True}, 1 / 1.04)  # exactly the floor: still inside
+    assert noise_note(best_rows(edge.runs, catalog)) is not None
+    outside = Runs()
+    outside.add(Role.BASELINE, {}, 1 / 1.02)
+    outside.add(Role.SEARCH, {FAST: True}, 1 / 1.05)
+    assert noise_note(best_rows(outside.runs, catalog)) is None
+
+
+def test_a_confirmed_best_needs_no_noise_note():
+    from autotune.results.notes import noise_note
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1 / 1.04)
+    s.add(Role.SEARCH, {FAST: True}, 1 / 1.03)
+    s.add(Role.CONFIRM, {FAST: True}, 0.97, trial=1, m=measurement(0.97))
+    s.add(Role.CONFIRM, {FAST: True}, 0.97, trial=1, m=measurement(0.97))
+    assert noise_note(best_rows(s.runs, load_catalog())) is None
+
+
+def test_the_budget_note_counts_the_configurations_above_it():
+    from autotune.results.notes import budget_note
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=10 * MiB))
+    s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.9, memory=30 * MiB))
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.8, m=measurement(0.8, memory=40 * MiB))
+    assert budget_note(study(), s.runs) is None
+    assert budget_note(study(20 * MiB), s.runs).text == (
+        "memory budget 20.0 MiB: 2 configurations above it are infeasible and not ranked")
+    assert budget_note(study(35 * MiB), s.runs).text.startswith(
+        "memory budget 35.0 MiB: 1 configuration above")
+
+
+def test_the_backend_note_says_when_the_flags_had_nothing_to_act_on():
+    from autotune.results.notes import backend_note
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True),
+          environment=Environment("h", "3.11", "0.10", "0.10", "cpu", "cpu", 1))
+    assert backend_note(study(backend="cpu"), s.runs) is None
+    assert backend_note(study(backend="any"), s.runs) is None
+    note = backend_note(study(backend="gpu"), s.runs)
+    assert note is not None and "holds gpu flags but the trials ran on cpu" in note.text
+
+
+def test_study_notes_keep_their_order_and_kinds():
+    from autotune.results.notes import study_notes
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True))
+    s.add(Role.SEARCH, {FAST: True}, None, kind=OutcomeKind.CRASHED)
+    notes = study_notes(study(), s.runs, best_rows(s.runs, load_catalog()))
+    assert [n.kind for n in notes] == ["outcomes", "speedup", "memory_source"]
+    assert notes[0].text == "runs by outcome: crashed: 1, ok: 1"
+
+
+def test_sizes_are_written_in_binary_units():
+    from autotune.results.notes import size_text
+
+    assert [size_text(n) for n in (None, 0, 1023, 1024, 1536, 5 * MiB, 3 << 30, 2 << 40,
+                                   5000 << 40)] == [
+        "-", "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB", "2.0 TiB",
+        "5000.0 TiB"]
+
+
+def test_every_note_says_what_it_says_in_full():
+    from autotune.results.notes import Note, study_notes
+
+    here = Environment("h", "3.11", "0.10", "0.10", "cpu", "cpu", 1)
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1 / 1.04, m=measurement(1.0, memory=10 * MiB), environment=here)
+    s.add(Role.SEARCH, {FAST: True}, 1 / 1.03, m=measurement(0.97, memory=30 * MiB))
+    same = Measurement(step_times_s=(), compile_time_s=1.0, mode=MeasureMode.PAIRED,
+                       fingerprint="p0.97", same_program_as=1, memory_source="memory_stats")
+    s.add(Role.SEARCH, {LEVEL: 2}, 1 / 1.03, m=same)
+    s.add(Role.SEARCH, {LEVEL: 1}, None, kind=OutcomeKind.CRASHED)
+    record = study(budget=20 * MiB, backend="gpu")
+    notes = study_notes(record, s.runs, best_rows(s.runs, load_catalog(),
+                                                  memory_budget=20 * MiB))
+    assert notes == [
+        Note("outcomes", "runs by outcome: crashed: 1, ok: 3"),
+        Note("same_program", "1 trials compiled to a program another trial had timed: not "
+             "timed again, each shown as that trial's row"),
+        Note("speedup", "speedup = baseline median step time / configuration's median step "
+             "time. Search: one paired process per trial (baseline row: default vs default, "
+             "the noise floor). Confirmed: re-measured in fresh processes interleaved with the "
+             "baseline; an interval that holds 1.0 is no measurable gain."),
+        Note("memory_source", "peak memory from: memory_stats, unknown"),
+        Note("memory_budget", "memory budget 20.0 MiB: 1 configuration above it are "
+             "infeasible and not ranked"),
+        Note("backend", "note: space 'cpu' holds gpu flags but the trials ran on cpu: the "
+             "flags had no effect to measure; differences are noise."),
+    ]
+
+
+def test_without_runs_the_notes_say_none_and_without_a_baseline_no_noise_floor():
+    from autotune.results.notes import noise_note, study_notes
+
+    notes = study_notes(study(), [], [])
+    assert [n.text for n in notes][0] == "runs by outcome: none"
+    assert notes[-1].text == "peak memory from: -"
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 1 / 1.03)  # no baseline row at all
+    assert noise_note(best_rows(s.runs, load_catalog())) is None
+
+
+def test_the_noise_floor_note_in_full():
+    from autotune.results.notes import Note, noise_note
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1 / 1.04)
+    s.add(Role.SEARCH, {FAST: True}, 1 / 0.98)
+    assert noise_note(best_rows(s.runs, load_catalog())) == Note(
+        "noise_floor", "note: the best speedup ×0.980 is within this study's noise floor "
+        "(baseline vs itself: ×1.040); no measurable gain on this workload so far.")
+
+
+def test_untimed_configurations_over_the_budget_count_once_each_and_confirmations_not():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(memory=10 * MiB))
+    s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.9, memory=30 * MiB))  # timed, above
+    s.add(Role.SEARCH, {LEVEL: 1}, None, kind=OutcomeKind.OVER_BUDGET)
+    s.add(Role.SEARCH, {LEVEL: 2}, None, kind=OutcomeKind.OVER_BUDGET)
+    s.add(Role.SEARCH, {LEVEL: 2}, None, kind=OutcomeKind.OVER_BUDGET)  # the same one again
+    s.add(Role.CONFIRM, {LEVEL: 0}, None, trial=1, kind=OutcomeKind.OVER_BUDGET)
+    assert over_budget(s.runs, 20 * MiB) == 3
+    assert over_budget(s.runs, None) == 0

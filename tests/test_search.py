@@ -541,3 +541,41 @@ def test_the_search_benchmark_prints_its_table():
     assert any("within 2% of the best" in line and "flatness" in line for line in lines)
     rows = [line.split() for line in lines if line.split()[:1] in (["random"], ["auto"])]
     assert [r[0] for r in rows] == ["random", "auto"] and all(len(r) == 7 for r in rows)
+
+
+class BudgetLauncher(ModelLauncher):
+    """A ModelLauncher that answers `over_budget` (untimed) as the child would, for a
+    request whose modelled footprint exceeds the budget it carries."""
+
+    def __init__(self, model: Callable[[Mapping[str, FlagValue]], tuple[float, int]]) -> None:
+        super().__init__(model)
+        self.budgets: list[int | None] = []
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        self.budgets.append(request.memory_budget_bytes)
+        done = super().launch(request)
+        peak = done.measurement.peak_memory_bytes if done.measurement else None
+        if request.memory_budget_bytes is None or peak is None \
+                or peak <= request.memory_budget_bytes:
+            return done
+        untimed = Measurement(step_times_s=(), compile_time_s=0.1, mode=MeasureMode.PAIRED,
+                              peak_memory_bytes=peak, memory_source="memory_analysis")
+        return TrialOutcome(OutcomeKind.OVER_BUDGET, "not timed", untimed)
+
+
+def test_the_budget_reaches_every_trial_but_the_baseline_and_untimed_ones_are_not_ranked(
+        small_space, tmp_path):
+    from autotune.results.ranking import over_budget, ranked
+
+    launcher = BudgetLauncher(tradeoff)
+    budget = 170 * MiB  # tradeoff: fast math at levels 2 and 3 needs more than this
+    runner, store = study(small_space, tmp_path, launcher, sampler="grid", trials=50, seed=3,
+                          memory_budget_bytes=budget)
+    runner.run()
+    assert launcher.budgets[0] is None and set(launcher.budgets[1:]) == {budget}
+    runs = store.runs("s")
+    untimed = [r for r in runs if r.outcome.kind is OutcomeKind.OVER_BUDGET]
+    assert untimed and all(r.flags.get(FAST) for r in untimed)
+    assert all(r.ratio is None for r in untimed)
+    assert not any(r.outcome.kind is OutcomeKind.OVER_BUDGET for r in ranked(runs, budget))
+    assert over_budget(runs, budget) == len(untimed)

@@ -164,3 +164,10 @@ def test_the_limit_is_the_margin_times_the_best_in_paired_time_only_studies():
     assert prune_limit(1.3, None, paired=True, time_only=True) is None
     assert prune_limit(1.3, 0.8, paired=False, time_only=True) is None
     assert prune_limit(1.3, 0.8, paired=True, time_only=False) is None
+
+
+def test_a_footprint_above_the_budget_is_not_timed_and_one_at_it_is():
+    from autotune.stopping import over_budget
+
+    assert over_budget(101, 100) and not over_budget(100, 100) and not over_budget(99, 100)
+    assert not over_budget(None, 100) and not over_budget(10**12, None)

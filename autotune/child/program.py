@@ -44,6 +44,17 @@ def program_fingerprint(dump_dir: str | None) -> str | None:
     return digest.hexdigest()[:16] if files else None
 
 
+def program_bytes(compiled: Any) -> int | None:
+    """The compiled program's own footprint from `memory_analysis` (arguments + outputs +
+    temporaries - aliased + code), None where the backend gives no analysis."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    return int(analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+               + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes
+               + analysis.generated_code_size_in_bytes)
+
+
 def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
     """Peak memory of the step and where the figure comes from.
 
@@ -57,16 +68,7 @@ def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
 
     import jax
 
-    analysis = compiled.memory_analysis()
-    program = None
-    if analysis is not None:
-        program = int(
-            analysis.argument_size_in_bytes
-            + analysis.output_size_in_bytes
-            + analysis.temp_size_in_bytes
-            - analysis.alias_size_in_bytes
-            + analysis.generated_code_size_in_bytes
-        )
+    program = program_bytes(compiled)
     stats = jax.devices()[0].memory_stats() or {}
     device_peak = stats.get("peak_bytes_in_use")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

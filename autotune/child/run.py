@@ -16,10 +16,11 @@ from typing import Any
 
 from autotune.bench import Workload
 from autotune.child.failure import Failure, classified
-from autotune.child.program import hlo_stats, memory_figures, program_fingerprint
+from autotune.child.program import hlo_stats, memory_figures, program_bytes, program_fingerprint
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import build_workload
 from autotune.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
+from autotune.stopping import over_budget
 
 #: The longest failure message kept in a result (the tail of XLA's text).
 MESSAGE_CHARS = 4000
@@ -30,8 +31,10 @@ def measure(work: Workload, job: Job) -> dict[str, Any]:
 
     Compile always (and fingerprint the program). A candidate whose program
     is in `job.known_programs` is not timed: the result names the trial that
-    measured it (`same_program_as`). Without the `measure` phase nothing is
-    timed either. Raises Failure for a configuration that fails.
+    measured it (`same_program_as`). One whose compiled footprint exceeds
+    `job.memory_budget_bytes` is not timed either: its status is
+    `over_budget`. Without the `measure` phase nothing is timed. Raises
+    Failure for a configuration that fails.
     """
     import jax
 
@@ -42,9 +45,14 @@ def measure(work: Workload, job: Job) -> dict[str, Any]:
         lowered, job.compiler_options or {}, _subdir(job.artifact_dir, "candidate"))
     result["fingerprint"] = program_fingerprint(_subdir(job.artifact_dir, "candidate"))
     known = job.known_programs.get(result["fingerprint"] or "")
+    footprint = program_bytes(cand)
     if known is not None:
         result.update(same_program_as=known,
                       message=f"the same program as trial {known}, which measured it")
+    elif over_budget(footprint, job.memory_budget_bytes):
+        result.update(status="over_budget", message=(
+            f"the compiled program needs {footprint} bytes, above the memory budget of "
+            f"{job.memory_budget_bytes} bytes: not timed"))
     elif Phase.MEASURE in job.phases:
         result.update(_timed(lowered, cand, work.args, job))
     result["hlo_stats"] = hlo_stats(cand)
@@ -103,7 +111,7 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> i
     try:
         job = Job.from_json(environ.get(JOB_ENV))
         body.update(_versions())
-        body.update(measure(build(), job))
+        body.update(measure(build(), job))  # may set status (over_budget)
     except Failure as failure:
         body.update(status=failure.kind, message=str(failure)[-MESSAGE_CHARS:])
     except ProtocolError as exc:  # a fault of the parent, reported through the file all the same

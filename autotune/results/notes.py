@@ -60,15 +60,12 @@ def budget_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
 
 def noise_note(rows: Sequence[BestRow]) -> Note | None:
     """Said when the unconfirmed best speedup is not outside the baseline's own A/A spread."""
-    base = next((r for r in rows if r.rank is None and r.speedup), None)
-    top = next((r for r in rows if r.rank == 1 and r.speedup), None)
-    if base is None or top is None or top.confirmed:
+    floor = next((r.speedup for r in rows if r.rank is None and r.speedup), None)
+    best = next((r.speedup for r in rows if r.rank == 1 and r.speedup and not r.confirmed), None)
+    if floor is None or best is None or abs(best - 1) > abs(floor - 1):
         return None
-    assert base.speedup is not None and top.speedup is not None
-    if abs(top.speedup - 1) > abs(base.speedup - 1):
-        return None
-    return Note("noise_floor", f"note: the best speedup ×{top.speedup:.3f} is within this "
-                f"study's noise floor (baseline vs itself: ×{base.speedup:.3f}); no measurable "
+    return Note("noise_floor", f"note: the best speedup ×{best:.3f} is within this "
+                f"study's noise floor (baseline vs itself: ×{floor:.3f}); no measurable "
                 "gain on this workload so far.")
 
 

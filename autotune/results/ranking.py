@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
-from autotune.records import FlagValue, Role, RunRecord, StudyRecord
+from autotune.records import FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation, confirmation
 
 
@@ -149,10 +149,13 @@ def _dominates(a: RunRecord, b: RunRecord) -> bool:
 
 
 def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
-    """How many distinct successful configurations exceeded the memory budget."""
+    """How many distinct configurations exceeded the memory budget: measured above it, or
+    not timed at all because their compiled program needed more (`over_budget`)."""
     if memory_budget is None:
         return 0
-    return len(ranked(runs)) - len(ranked(runs, memory_budget))
+    untimed = {config_key(r.flags) for r in runs
+               if r.outcome.kind is OutcomeKind.OVER_BUDGET and r.role is not Role.CONFIRM}
+    return len(ranked(runs)) - len(ranked(runs, memory_budget)) + len(untimed)
 
 
 def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
