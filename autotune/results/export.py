@@ -77,7 +77,7 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
                     rank: int = 1) -> dict[str, Any]:
     """The export mapping for the configuration ranked `rank` (1 = best).
 
-    Ranked by the study's objectives (`analysis.ordered`; time first when it
+    Ranked by the study's objectives (`ranking.ordered`; time first when it
     has two), never over its memory budget.
 
     Raises:
