@@ -43,12 +43,34 @@ def test_study_measures_baseline_first_then_samples(finished_study):
 def table_rows(output: str) -> list[list[str]]:
     """The body rows of the tables in `output`, each as its stripped cells.
 
-    A cell that spans several lines (one flag a line) continues in rows whose first
-    cell is empty; those are left out.
+    A cell wrapped over several lines continues in lines whose first cell is empty;
+    their text is joined to the row's cells with a space.
     """
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]]
-            for line in output.splitlines() if line.startswith("│")]
-    return [row for row in rows if row[0]]
+    rows: list[list[str]] = []
+    for line in output.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells[0] or not rows:
+            rows.append(cells)
+        else:
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+    return rows
+
+
+def flags_under(output: str) -> dict[str, list[str]]:
+    """`best`'s "flags changed from defaults" section: label -> its `name=value` lines."""
+    listed: dict[str, list[str]] = {}
+    label = None
+    for line in output.splitlines():
+        if line.startswith("  #"):
+            label = line.strip().rstrip(":")
+            listed[label] = []
+        elif line.startswith("    ") and label is not None:
+            listed[label].append(line.strip())
+        elif not line.startswith(" "):
+            label = None
+    return listed
 
 
 @pytest.mark.slow
@@ -69,10 +91,12 @@ def test_best_prints_ranked_table_with_baseline(finished_study):
     ]
     assert rows[0][3].endswith("(A/A)")
     assert [row[3] for row in rows[1:]] == [f"×{1 / r.ratio:.3f}" for r in fastest_first]
-    assert [row[4] for row in rows[1:]] == ["not confirmed", "not confirmed"]
-    for row, run in zip(rows[1:], fastest_first, strict=True):
-        name, _, value = row[7].partition("=")
-        assert str(run.flags[name]).lower() == value  # the row shows its own trial's flags
+    assert [row[5] for row in rows[1:]] == ["not confirmed", "not confirmed"]
+    listed = flags_under(result.output)
+    for rank, run in enumerate(fastest_first, start=1):
+        [line] = listed[f"#{rank} (trial {run.trial_number})"]
+        name, _, value = line.partition("=")
+        assert str(run.flags[name]).lower() == value  # each rank lists its own trial's flags
     assert "runs by outcome: ok: 3" in result.output
 
 
@@ -113,13 +137,42 @@ def test_best_ranks_what_the_confirmation_upheld_above_a_lucky_search_trial(tmp_
         ("2", "1", "×1.250"),
         ("3", "3", "×1.053"),
     ]
-    assert rows[1][4].startswith("×1.111 [") and "no measurable gain" not in rows[1][4]
-    assert rows[2][4].startswith("×1.000 [") and rows[2][4].endswith("no measurable gain")
-    assert rows[3][4] == "not confirmed"
-    assert [row[7] for row in rows[1:]] == [
-        "xla_backend_optimization_level=2", "xla_cpu_use_fusion_emitters=false",
-        "xla_cpu_prefer_vector_width=128"]
+    assert rows[1][5].startswith("×1.111 [") and "no measurable gain" not in rows[1][5]
+    assert rows[2][5].startswith("×1.000 [") and rows[2][5].endswith("no measurable gain")
+    assert rows[3][5] == "not confirmed"
+    assert flags_under(result.output) == {
+        "#1 (trial 2)": ["xla_backend_optimization_level=2"],
+        "#2 (trial 1)": ["xla_cpu_use_fusion_emitters=false"],
+        "#3 (trial 3)": ["xla_cpu_prefer_vector_width=128"]}
     assert "runs by outcome: ok: 8" in result.output
+
+
+def test_the_best_table_fits_80_columns_and_lists_every_flag_name_whole(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
+    store.ensure_study("a-study-with-a-rather-long-name", "gpu-collectives", "transformer",
+                       "small", 8, "paired")
+    long_flags = {"xla_collective_permute_latency_bound_threshold_in_bytes": 4294967296,
+                  "xla_tpu_enable_async_collective_fusion_fuse_all_gather": False,
+                  "xla_gpu_enable_latency_hiding_scheduler": True}
+    store.record_run("a-study-with-a-rather-long-name", 0, Role.BASELINE, {}, {},
+                     TrialOutcome(OutcomeKind.OK, "", paired(1.0)))
+    store.record_run("a-study-with-a-rather-long-name", 1, Role.SEARCH, long_flags, {},
+                     TrialOutcome(OutcomeKind.OK, "", paired(0.9)))
+    for _ in range(2):
+        store.record_run("a-study-with-a-rather-long-name", 1, Role.CONFIRM, long_flags, {},
+                         TrialOutcome(OutcomeKind.OK, "", paired(0.93)))
+
+    result = invoke("best", "a-study-with-a-rather-long-name", cwd=tmp_path)
+
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.output.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= 80
+    assert flags_under(result.output) == {"#1 (trial 1)": [
+        "xla_collective_permute_latency_bound_threshold_in_bytes=4294967296",
+        "xla_gpu_enable_latency_hiding_scheduler=true",
+        "xla_tpu_enable_async_collective_fusion_fuse_all_gather=false"]}
+    assert all(len(line) <= 80 for line in result.output.splitlines() if line.startswith("  "))
+    assert table_rows(result.output)[1][5].startswith("×1.075 [")
 
 
 @pytest.mark.slow

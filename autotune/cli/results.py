@@ -22,6 +22,9 @@ from autotune.cli._common import (
     require_database,
 )
 
+#: Tables of `best` fit a terminal of this width; flags are listed under them, uncut.
+TABLE_WIDTH = 80
+
 
 def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> None:
     """The best table of a study and the notes that qualify it (or its rows as JSON)."""
@@ -39,23 +42,25 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
         print_json([best_row_json(row) for row in rows])
         return
     table = Table(title=f"{literal(study_name)}: {literal(record.benchmark)} "
-                        f"({literal(record.preset)}) on {literal(record.space)}")
-    for col in ("rank", "trial", "median step", "search speedup", "confirmed speedup (95% CI)",
-                "peak memory", "same program"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("flags changed from defaults", overflow="fold")
+                        f"({literal(record.preset)}) on {literal(record.space)}",
+                  width=TABLE_WIDTH)
+    for col, least in (("rank", 8), ("trial", 5), ("median step", 8), ("search speedup", 8),
+                       ("peak memory", 8)):
+        table.add_column(col, overflow="fold", width=least)
+    table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
     for row in rows:
         table.add_row(
             "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
             f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
             (f"×{row.speedup:.3f}" if row.speedup else "-") + (" (A/A)" if row.rank is None
                                                                 else ""),
-            "" if row.rank is None else _confirmed_text(row.confirmation),
             fmt_bytes(row.peak_memory_bytes),
-            {True: "yes", False: "no", None: "-"}[row.same_program],
-            "-" if row.rank is None else fmt_flags(dict(row.changed)),
+            "" if row.rank is None else _confirmed_text(row.confirmation),
         )
     out.print(table)
+    _print_flags([(f"#{row.rank} (trial {row.run.trial_number}"
+                   + (", the baseline's program)" if row.same_program else ")"), row.changed)
+                  for row in rows if row.rank is not None])
     if record.multi_objective:
         _print_pareto(record, runs)
     for note in study_notes(record, runs, rows):
@@ -73,17 +78,31 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
 
     catalog = load_catalog()
     table = Table(title=f"Pareto front of {literal(record.name)}: time vs peak memory "
-                        "(none of these is beaten on both)")
-    for col in ("trial", "search speedup", "confirmed speedup (95% CI)", "peak memory"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("flags changed from defaults", overflow="fold")
-    for run in pareto_front(runs, record.memory_budget_bytes):
+                        "(none of these is beaten on both)", width=TABLE_WIDTH)
+    for col, least in (("trial", 5), ("search speedup", 8), ("peak memory", 8)):
+        table.add_column(col, overflow="fold", width=least)
+    table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
+    front = pareto_front(runs, record.memory_budget_bytes)
+    for run in front:
         baseline = run.role is Role.BASELINE
-        table.add_row(str(run.trial_number), f"×{run.speedup:.3f}",
-                      "(baseline)" if baseline else _confirmed_text(confirmation(runs, run)),
-                      fmt_bytes(peak_memory(run)),
-                      fmt_flags(dict(changed_flags(run.flags, catalog))) or "-")
+        table.add_row(str(run.trial_number), f"×{run.speedup:.3f}", fmt_bytes(peak_memory(run)),
+                      "(baseline)" if baseline else _confirmed_text(confirmation(runs, run)))
     out.print(table)
+    _print_flags([(f"trial {run.trial_number}", changed_flags(run.flags, catalog))
+                  for run in front if run.role is not Role.BASELINE])
+
+
+def _print_flags(entries: list[tuple[str, Any]]) -> None:
+    """Each ranked configuration's changed flags, one full `name=value` a line, under a
+    label line: flag names are never cut, and each line stays within `TABLE_WIDTH` (the
+    longest catalog name and value take about 70 columns)."""
+    if not entries:
+        return
+    out.print("flags changed from defaults:", highlight=False)
+    for label, flags in entries:
+        out.print(f"  {label}:", highlight=False)
+        for line in fmt_flags(dict(flags)).splitlines():
+            out.print(f"    {line}", highlight=False, soft_wrap=True)
 
 
 def _confirmed_text(c: Any) -> str:
