@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,10 @@ def test_the_best_table_fits_80_columns_and_lists_every_flag_name_whole(tmp_path
     for _ in range(2):
         store.record_run("a-study-with-a-rather-long-name", 1, Role.CONFIRM, long_flags, {},
                          TrialOutcome(OutcomeKind.OK, "", paired(0.93)))
+    as_baseline = replace(paired(1.01), fingerprint="base")  # a flag that changed nothing
+    store.record_run("a-study-with-a-rather-long-name", 2, Role.SEARCH,
+                     {"xla_gpu_enable_latency_hiding_scheduler": True}, {},
+                     TrialOutcome(OutcomeKind.OK, "", as_baseline))
 
     result = invoke("best", "a-study-with-a-rather-long-name", cwd=tmp_path)
 
@@ -170,7 +175,8 @@ def test_the_best_table_fits_80_columns_and_lists_every_flag_name_whole(tmp_path
     assert flags_under(result.output) == {"#1 (trial 1)": [
         "xla_collective_permute_latency_bound_threshold_in_bytes=4294967296",
         "xla_gpu_enable_latency_hiding_scheduler=true",
-        "xla_tpu_enable_async_collective_fusion_fuse_all_gather=false"]}
+        "xla_tpu_enable_async_collective_fusion_fuse_all_gather=false"],
+        "#2 (trial 2, the baseline's program)": ["xla_gpu_enable_latency_hiding_scheduler=true"]}
     assert all(len(line) <= 80 for line in result.output.splitlines() if line.startswith("  "))
     assert table_rows(result.output)[1][5].startswith("×1.075 [")
 
