@@ -92,13 +92,14 @@ def wait_for_trial(proc: subprocess.Popen[bytes], folder: Path, timeout_s: float
 
 def signal_and_count(proc: subprocess.Popen[bytes], folder: Path, signum: int,
                      wait_s: float = 5.0) -> Leftovers:
-    """Send `signum` to the study, wait `wait_s` seconds, count what is left."""
+    """Send `signum` to the study, count what is left `wait_s` seconds later."""
+    counted_at = time.monotonic() + wait_s
     proc.send_signal(signum)
     try:
-        proc.wait(timeout=wait_s)
+        proc.wait(timeout=wait_s)  # reap the study as soon as it exits (no zombie counted)
     except subprocess.TimeoutExpired:
         pass
-    time.sleep(wait_s)
+    time.sleep(max(0.0, counted_at - time.monotonic()))
     left = Leftovers(len(children_of(proc.pid, folder)),
                      len(list((folder / "scratch").glob("autotune-trial-*"))), proc.poll())
     for pid in trial_processes(folder):  # leave the machine clean whatever happened
