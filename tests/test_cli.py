@@ -182,21 +182,43 @@ def test_the_best_table_fits_80_columns_and_lists_every_flag_name_whole(tmp_path
 
 
 @pytest.mark.slow
-def test_export_writes_the_best_configuration(finished_study, tmp_path):
+def test_an_unconfirmed_study_exports_xlas_defaults_with_its_candidates(finished_study, tmp_path):
     target = tmp_path / "best.yaml"
     result = invoke("export", "cpu-matmul-tiny", "-o", str(target), cwd=finished_study)
+    assert result.exit_code == 0, result.output
+    assert "XLA's defaults (nothing to set)" in result.output
+    assert "not recommended: no configuration was confirmed" in result.output
+    doc = yaml.safe_load(target.read_text())
+    assert doc["schema_version"] == 2 and doc["recommended"] is False
+    assert (doc["trial"], doc["flags"], doc["xla_flags"], doc["env"]) == (None, {}, "", {})
+    assert doc["measured"]["verdict"] == "no measurable gain"
+    assert doc["measured_on"]["backend"] == "cpu" and doc["measured_on"]["space"] == "cpu"
+    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    searched = {r.trial_number for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH}
+    assert {c["trial"] for c in doc["candidates"]} <= searched and doc["candidates"]
+    assert all(c["verdict"] is None and not c["recommended"] for c in doc["candidates"])
+
+
+@pytest.mark.slow
+def test_export_rank_writes_an_explicit_pick_marked_not_recommended(finished_study, tmp_path):
+    target = tmp_path / "pick.yaml"
+    result = invoke("export", "cpu-matmul-tiny", "--rank", "1", "-o", str(target),
+                    cwd=finished_study)
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load(target.read_text())
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
     fastest = min((r for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH),
                   key=lambda r: r.ratio)
-    assert doc["schema_version"] == 1 and doc["trial"] == fastest.trial_number
+    assert doc["trial"] == fastest.trial_number and doc["rank"] == 1
+    assert doc["recommended"] is False and doc["reason"].startswith("explicit pick: not ")
     assert doc["flags"] == dict(fastest.flags)
     assert doc["measured"]["speedup"] == pytest.approx(1 / fastest.ratio)
-    assert doc["measured_on"]["backend"] == "cpu" and doc["measured_on"]["space"] == "cpu"
     for name, value in fastest.flags.items():
         rendered = str(value).lower() if isinstance(value, bool) else str(value)
         assert f"--{name}={rendered}" in doc["xla_flags"]
+    by_trial = invoke("export", "cpu-matmul-tiny", "--trial", str(fastest.trial_number),
+                      "-o", "-", cwd=finished_study)
+    assert yaml.safe_load(by_trial.stdout)["flags"] == doc["flags"]
 
 
 @pytest.mark.slow

@@ -186,7 +186,7 @@ def test_an_error_naming_a_hostile_study_shows_it_as_data(hostile_study):
 
 
 def test_export_shows_a_hostile_value_as_data_and_writes_the_exact_strings(hostile_study):
-    result = invoke("export", HOSTILE, "-o", "best.yaml", cwd=hostile_study)
+    result = invoke("export", HOSTILE, "--rank", "1", "-o", "best.yaml", cwd=hostile_study)
 
     assert result.exit_code == 0, result.output
     _assert_shown_as_data(result.stdout, f"--xla_dump_to={SHOWN_VALUE}")

@@ -58,7 +58,8 @@ def searched(tmp_path: Path) -> tuple[StudyRunner, Store, ReplayLauncher]:
 def test_confirmation_demotes_a_lucky_search_winner(searched):
     runner, store, _ = searched
     before = best_rows(store.runs("s"), load_catalog())
-    assert before[1].run.flags == LUCKY  # the search's own ranking
+    # the baseline's program is known to gain nothing; the rest in the search's own order
+    assert [row.run.flags for row in before[1:]] == [SAME, LUCKY, REAL]
     runner.confirm(top=3, repeats=4)
     after = best_rows(store.runs("s"), load_catalog())
     assert after[1].run.flags == REAL and after[1].confirmation.measurable_gain
@@ -97,7 +98,9 @@ def test_best_and_export_show_the_confirmed_figure(searched, tmp_path):
     assert done.exit_code == 0, done.output
     import yaml
 
-    measured = yaml.safe_load(target.read_text())["measured"]
+    document = yaml.safe_load(target.read_text())
+    assert document["recommended"] is True and document["reason"].startswith("confirmed ×")
+    measured = document["measured"]
     assert measured["confirmed"] is True and measured["verdict"] == "faster"
     low, high = measured["speedup_interval"]
     assert low < measured["speedup"] < high and low > 1.0

@@ -39,9 +39,12 @@ from autotune.results.ranking import (
     outcome_counts,
     over_budget,
     pareto_front,
+    pick_reason,
     ranked,
+    recommend,
     study_row,
     trial_rows,
+    verdict_text,
 )
 from autotune.stats import RatioEstimate
 
@@ -241,8 +244,10 @@ def test_an_unconfirmed_row_claims_the_search_figure_and_a_no_op_claims_one():
     s.add(Role.SEARCH, {WIDTH: 256}, 0.9, m=measurement(0.9, same=True))
     rows = best_rows(s.runs, load_catalog())
     assert [r.rank for r in rows] == [1, 2]  # no baseline measured: no baseline row
-    assert not rows[0].confirmed and rows[0].claimed_speedup == pytest.approx(1.25)
-    assert rows[1].confirmed and rows[1].claimed_speedup == 1.0
+    # the baseline's program is known to gain nothing: it ranks above the unconfirmed
+    assert rows[0].confirmed and rows[0].claimed_speedup == 1.0
+    assert not rows[1].confirmed and rows[1].claimed_speedup == pytest.approx(1.25)
+    assert not any(r.recommended for r in rows)
 
 
 def test_a_row_without_a_measurement_has_no_figures():
@@ -263,6 +268,105 @@ def test_best_rows_show_ten_configurations_unless_told_otherwise():
 
 def test_changed_flags_leave_out_values_equal_to_xlas_default():
     assert changed_flags({FAST: False, LEVEL: 3, WIDTH: 128}, load_catalog()) == {WIDTH: 128}
+
+
+# --- the recommendation: only what confirmation proved ----------------------------------------
+
+
+def confirmed(s: Runs, trial: int, flags: dict, search: float, cands: list[float],
+              bases: list[float] | None = None, *, wrong: int = 0) -> None:
+    """A search trial and its paired confirm runs: one run per candidate step time, each
+    against an in-process baseline step time (1.0 unless `bases` says), and `wrong`
+    confirm runs that broke the numerics guard."""
+    s.add(Role.SEARCH, flags, search, trial=trial)
+    for cand, base in zip(cands, bases or [1.0] * len(cands), strict=True):
+        s.add(Role.CONFIRM, flags, None, trial=trial, m=measurement(cand, base))
+    for _ in range(wrong):
+        s.add(Role.CONFIRM, flags, None, trial=trial, kind=OutcomeKind.NUMERICS_MISMATCH)
+
+
+def tiered_study() -> Runs:
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    s.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, 0.70, trial=1)  # unconfirmed, best search
+    confirmed(s, 2, {FAST: True}, 0.90, [0.80, 0.80, 0.80])  # faster: point interval 1.25
+    confirmed(s, 3, {LEVEL: 2}, 0.85, [0.70, 0.95, 0.70])  # faster, wider: lower end lower
+    confirmed(s, 4, {LEVEL: 1}, 0.75, [0.90, 1.10, 1.00])  # no measurable gain
+    confirmed(s, 5, {WIDTH: 128}, 0.80, [1.30, 1.30, 1.30])  # slower
+    confirmed(s, 6, {WIDTH: 256}, 0.72, [0.60, 0.60, 0.60], wrong=1)  # broke numerics
+    s.add(Role.SEARCH, {WIDTH: 512}, 0.95, trial=7, m=measurement(0.95, same=True))  # no-op
+    return s
+
+
+def test_confirmed_faster_ranks_first_by_the_lower_end_then_no_gain_unconfirmed_slower():
+    order = confirmed_order(tiered_study().runs)
+    # 2's interval is a point at 1.25; 3's median is higher but its lower end is not;
+    # no gain: 4 (1.0 ratio) and the no-op 7 (1.0) in search order; unconfirmed 1;
+    # slower 5; the numerics failure 6 last, however fast it measured
+    assert [run.trial_number for run, _ in order] == [2, 3, 4, 7, 1, 5, 6]
+
+
+def test_the_recommendation_is_the_first_confirmed_faster_configuration():
+    rec = recommend(tiered_study().runs)
+    assert rec.recommended and rec.run is not None and rec.run.trial_number == 2
+    assert rec.reason.startswith("confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults")
+    assert "3 fresh processes" in rec.reason and "numerics guard passed" in rec.reason
+
+
+def test_a_faster_configuration_that_broke_the_numerics_guard_is_never_recommended():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.6, [0.6, 0.6, 0.6], wrong=1)
+    c = confirmation(s.runs, s.runs[1])
+    assert c is not None and c.measurable_gain and c.numerics_failures == 1
+    assert not c.recommendable and not recommend(s.runs).recommended
+    assert "broke the numerics guard" in verdict_text(c)
+
+
+@pytest.mark.parametrize(("cands", "why"), [
+    ([0.9, 1.1, 1.0], "no configuration was confirmed faster than XLA's defaults (the best "
+                      "confirmed, trial 1: ×1.000"),
+    ([1.2, 1.2, 1.2], "trial 1: ×0.833 [0.833, 0.833] slower"),
+])
+def test_without_a_confirmed_gain_the_recommendation_is_xlas_defaults(cands, why):
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.5, cands)
+    rec = recommend(s.runs)
+    assert not rec.recommended and rec.run is None
+    assert why in rec.reason and rec.reason.endswith("keep XLA's defaults")
+    assert not any(row.recommended for row in best_rows(s.runs, load_catalog()))
+
+
+def test_an_unconfirmed_study_recommends_the_defaults_and_says_to_confirm():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.5, trial=1)
+    rec = recommend(s.runs)
+    assert rec.run is None and "no configuration was confirmed" in rec.reason
+    assert "--confirm K" in rec.reason
+    assert "ran successfully" in recommend([s.runs[0]]).reason
+
+
+def test_an_explicit_pick_says_why_it_is_not_the_recommendation():
+    s = tiered_study()
+    rec = recommend(s.runs)
+    order = dict((run.trial_number, (run, c)) for run, c in confirmed_order(s.runs))
+    assert pick_reason(*order[2], rec) == rec.reason
+    assert pick_reason(*order[3], rec).endswith("but trial 2 ranks above it and is the "
+                                                "recommendation")
+    assert pick_reason(*order[1], rec) == ("explicit pick: not confirmed; not recommended "
+                                           "over XLA's defaults")
+    assert "slower" in pick_reason(*order[5], rec)
+
+
+def test_the_memory_objective_recommends_only_less_memory_than_the_baseline():
+    rec = recommend(memory_study().runs, objectives=("memory",))
+    assert rec.run is not None and rec.run.trial_number == 2  # 80 MiB < the baseline's 100
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=100 * MiB))
+    assert not recommend(s.runs, objectives=("memory",)).recommended
 
 
 # --- memory: budgets, the memory objective and the Pareto front ------------------------------
@@ -401,10 +505,11 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
     assert low == pytest.approx(1 / 0.88) == high  # constant steps: a point interval
     assert real["median_step_s"] == 0.85 and real["peak_memory_bytes"] is None
     assert lucky["verdict"] == "no measurable gain" and lucky["confirmed_speedup"] == 1.0
+    assert [d["recommended"] for d in doc] == [False, True, False, False]
     assert sorted(real) == sorted(["rank", "trial", "flags_changed", "median_step_s",
                                    "search_speedup", "confirmed_speedup",
-                                   "confirmed_interval", "verdict", "peak_memory_bytes",
-                                   "same_program"])
+                                   "confirmed_interval", "verdict", "recommended",
+                                   "peak_memory_bytes", "same_program"])
 
 
 def test_a_no_op_row_is_confirmed_at_one_without_an_interval():

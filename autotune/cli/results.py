@@ -32,7 +32,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
 
     from autotune.flags.catalog import load_catalog
     from autotune.results.notes import study_notes
-    from autotune.results.ranking import best_row_json, best_rows
+    from autotune.results.ranking import best_row_json, best_rows, recommend, verdict_text
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
@@ -41,6 +41,10 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     if fmt == OutputFormat.JSON:
         print_json([best_row_json(row) for row in rows])
         return
+    rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+    out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
+                      if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
+              highlight=False, width=TABLE_WIDTH)
     table = Table(title=f"{literal(study_name)}: {literal(record.benchmark)} "
                         f"({literal(record.preset)}) on {literal(record.space)}",
                   width=TABLE_WIDTH)
@@ -55,7 +59,8 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
             (f"×{row.speedup:.3f}" if row.speedup else "-") + (" (A/A)" if row.rank is None
                                                                 else ""),
             fmt_bytes(row.peak_memory_bytes),
-            "" if row.rank is None else _confirmed_text(row.confirmation),
+            "" if row.rank is None else verdict_text(row.confirmation)
+            + (" (recommended)" if row.recommended else ""),
         )
     out.print(table)
     _print_flags([(f"#{row.rank} (trial {row.run.trial_number}"
@@ -64,7 +69,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     if record.multi_objective:
         _print_pareto(record, runs)
     for note in study_notes(record, runs, rows):
-        out.print(literal(note.text), highlight=False)
+        out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
 
 
 def _print_pareto(record: Any, runs: list[Any]) -> None:
@@ -74,7 +79,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from autotune.flags.catalog import load_catalog
     from autotune.records import Role
     from autotune.results.confirmation import confirmation
-    from autotune.results.ranking import changed_flags, pareto_front, peak_memory
+    from autotune.results.ranking import changed_flags, pareto_front, peak_memory, verdict_text
 
     catalog = load_catalog()
     table = Table(title=f"Pareto front of {literal(record.name)}: time vs peak memory "
@@ -86,7 +91,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     for run in front:
         baseline = run.role is Role.BASELINE
         table.add_row(str(run.trial_number), f"×{run.speedup:.3f}", fmt_bytes(peak_memory(run)),
-                      "(baseline)" if baseline else _confirmed_text(confirmation(runs, run)))
+                      "(baseline)" if baseline else verdict_text(confirmation(runs, run)))
     out.print(table)
     _print_flags([(f"trial {run.trial_number}", changed_flags(run.flags, catalog))
                   for run in front if run.role is not Role.BASELINE])
@@ -105,26 +110,18 @@ def _print_flags(entries: list[tuple[str, Any]]) -> None:
             out.print(f"    {line}", highlight=False, soft_wrap=True)
 
 
-def _confirmed_text(c: Any) -> str:
-    """A confirmation (or None) in words, with its interval."""
-    if c is None:
-        return "not confirmed"
-    if c.same_program:
-        return "no measurable gain (same program)"
-    if c.estimate is None:
-        return f"failed ({c.failures} of {c.runs} runs)"
-    low, high = c.estimate.speedup_interval
-    text = f"×{c.estimate.speedup:.3f} [{low:.3f}, {high:.3f}]"
-    return text + (" no measurable gain" if c.estimate.includes_one else "")
-
-
 def best(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     storage: StorageOpt = DEFAULT_STORAGE,
     top: Annotated[int, typer.Option(min=1, help="How many configurations to show.")] = 10,
     fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
-    """Show the best configurations of a study against its baseline."""
+    """Show the best configurations of a study against its baseline, and the recommendation.
+
+    Ranked confirmed-faster first (by the lower end of the interval), then no
+    measurable gain, then not confirmed; autotune recommends a configuration
+    only when confirmation measured it faster and the numerics guard passed.
+    """
     store = open_store(storage, must_exist=True)
     print_best(store, study_name, limit=top, fmt=fmt)
 
@@ -132,29 +129,51 @@ def best(
 def export(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="File to write (default best.yaml or best.json; - for stdout).")]
+        "-o", "--output", help="File to write (default best.FORMAT; - for stdout).")]
     = None,
-    rank: Annotated[int, typer.Option(min=1, help="Which configuration (1 = best).")] = 1,
+    rank: Annotated[int | None, typer.Option(
+        min=1, help="Export the configuration of this rank in `best` (an explicit pick).")]
+    = None,
+    trial: Annotated[int | None, typer.Option(
+        min=0, help="Export this trial's configuration (an explicit pick).")] = None,
     storage: StorageOpt = DEFAULT_STORAGE,
     fmt: Annotated[str, typer.Option(
-        "--format", help="yaml or json: the same document, same keys.")] = "yaml",
+        "--format", help="yaml or json (the whole document), env (lines for a POSIX "
+                         "shell's `source`) or jax (compiler_options for jax.jit).")] = "yaml",
 ) -> None:
-    """Write the best configuration, how it was measured and on what, as YAML or JSON."""
+    """Write the recommended configuration (XLA's defaults unless one was confirmed faster).
+
+    --rank or --trial writes another configuration instead, marked
+    `recommended: false` unless it is the recommendation, with the reason.
+    """
+    from autotune.errors import UsageError
     from autotune.flags.catalog import load_catalog
     from autotune.results.export import ExportFormat, export_document, render_export, write_export
 
     form = ExportFormat(one_of(fmt, (f.value for f in ExportFormat), "export format"))
+    if rank is not None and trial is not None:
+        raise UsageError("give --rank or --trial, not both")
     store = open_store(storage, must_exist=True)
     record = store.get_study(study_name)
-    document = export_document(record, store.runs(study_name), load_catalog(), rank=rank)
+    document = export_document(record, store.runs(study_name), load_catalog(), rank=rank,
+                               trial=trial)
     if output == Path("-"):
         typer.echo(render_export(document, form), nl=False)
         return
     output = output or Path(f"best.{form.value}")
     write_export(document, output, form)
+    _print_exported(output, document)
+
+
+def _print_exported(output: Path, document: dict[str, Any]) -> None:
+    """One line for what was written and whether it is recommended, one for the flags."""
     measured = document["measured"]
-    out.print(f"wrote {literal(output)}: trial {document['trial']}, ×{measured['speedup']:.3f} "
-              f"vs baseline ({measured['verdict']})", highlight=False)
+    what = ("XLA's defaults (nothing to set)" if document["trial"] is None
+            else f"trial {document['trial']}, ×{measured['speedup']:.3f} vs baseline "
+                 f"({measured['verdict']})")
+    out.print(f"wrote {literal(output)}: {what}", highlight=False)
+    out.print(("recommended: " if document["recommended"] else "not recommended: ")
+              + literal(document["reason"]), highlight=False, soft_wrap=True)
     out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
               highlight=False)
 

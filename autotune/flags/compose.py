@@ -133,13 +133,34 @@ def compiler_options(
     Raises:
         UnknownFlagError: a flag of the configuration is not in the catalog.
     """
+    options, environment_only = split_per_compile(config, catalog)
+    return None if environment_only else options
+
+
+def split_per_compile(
+    config: Mapping[str, FlagValue], catalog: Catalog
+) -> tuple[dict[str, FlagValue], dict[str, FlagValue]]:
+    """Split a configuration into what one compilation can take and what it cannot.
+
+    Returns:
+        (options, environment_only): `options` are the typed
+        `compile(compiler_options=...)` entries of the per-compile `XLA_FLAGS`
+        flags; `environment_only` maps every other flag (not per-compile, or on
+        the `LIBTPU_INIT_ARGS` or env channel) to its value: those reach XLA
+        only through the environment of a process that has not started JAX.
+
+    Raises:
+        UnknownFlagError: a flag of the configuration is not in the catalog.
+    """
     options: dict[str, FlagValue] = {}
+    environment_only: dict[str, FlagValue] = {}
     for name, value in config.items():
         spec = catalog.get(name)
-        if not spec.per_compile or spec.channel is not Channel.XLA_FLAGS:
-            return None
-        options[name] = _typed_option(spec, value)
-    return options
+        if spec.per_compile and spec.channel is Channel.XLA_FLAGS:
+            options[name] = _typed_option(spec, value)
+        else:
+            environment_only[name] = value
+    return options, environment_only
 
 
 def _typed_option(spec: FlagSpec, value: FlagValue) -> FlagValue:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.records import FlagValue, Measurement, MeasureMode, Role, RunRecord
+from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, Role, RunRecord
 from autotune.stats import RatioEstimate, paired_ratio, unpaired_ratio
 
 
@@ -31,6 +31,8 @@ class Confirmation:
         runs: confirmation runs made; failures: how many of them failed.
         same_program: the configuration compiled to the baseline's program,
             so there was nothing to re-measure (no gain is possible).
+        numerics_failures: confirmation runs whose results broke the numerics
+            guard (a mismatch against the baseline's output, or non-finite).
     """
 
     trial_number: int
@@ -39,12 +41,19 @@ class Confirmation:
     runs: int
     failures: int
     same_program: bool = False
+    numerics_failures: int = 0
 
     @property
     def measurable_gain(self) -> bool:
         """The interval excludes 1.0 and lies on the faster side."""
         e = self.estimate
         return e is not None and not e.includes_one and e.ratio < 1
+
+    @property
+    def recommendable(self) -> bool:
+        """Confirmed faster (the whole interval) and every run passed the numerics guard:
+        the only configurations autotune recommends over XLA's defaults."""
+        return self.measurable_gain and not self.same_program and self.numerics_failures == 0
 
     def verdict(self) -> str:
         """'faster', 'slower' or 'no measurable gain' (or 'failed')."""
@@ -56,6 +65,10 @@ class Confirmation:
         if e.includes_one:
             return "no measurable gain"
         return "faster" if e.ratio < 1 else "slower"
+
+
+#: Outcomes that mean the configuration computed something else than XLA's defaults.
+NUMERICS_KINDS = frozenset({OutcomeKind.NUMERICS_MISMATCH, OutcomeKind.NONFINITE})
 
 
 def confirm_runs(runs: list[RunRecord], trial_number: int | None) -> list[RunRecord]:
@@ -73,8 +86,9 @@ def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | Non
         return None
     good = [r.outcome.measurement for r in mine if r.outcome.ok and r.outcome.measurement]
     estimate = _estimate(good, _baseline_runs(runs)) if good else None
+    wrong = sum(r.outcome.kind in NUMERICS_KINDS for r in mine)
     return Confirmation(source.trial_number, source.flags, estimate, len(mine),
-                        len(mine) - len(good))
+                        len(mine) - len(good), numerics_failures=wrong)
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:

@@ -1,13 +1,18 @@
-"""Write the winning configuration as the export document (`schema_version: 1`), YAML or JSON.
+"""The export document (`schema_version: 2`) and its forms: YAML, JSON, env, jax.
 
-The file says what to set (flags, environment variables, the ready XLA_FLAGS
-string), what was measured and on what, so a user can apply it to their own
-job and know what to expect.
+The document says what to set (flags, environment variables, the ready
+XLA_FLAGS string, compile options), whether autotune recommends it and why,
+what was measured and on what, and the candidates behind the verdict, so a
+user can apply it to their own job and know what to expect. autotune
+recommends only a configuration that confirmation measured faster than XLA's
+defaults; otherwise the document holds the defaults (nothing to set).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -18,9 +23,18 @@ import yaml
 from autotune.errors import ExportError
 from autotune.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
-from autotune.results.ranking import changed_flags, ordered
+from autotune.results.ranking import (
+    best_row_json,
+    best_rows,
+    changed_flags,
+    ordered,
+    pick_reason,
+    recommend,
+)
 
-EXPORT_SCHEMA_VERSION = 1
+#: Version 2: the document recommends only what confirmation proved (else XLA's
+#: defaults), says so in `recommended` and `reason`, and carries `jax` and `candidates`.
+EXPORT_SCHEMA_VERSION = 2
 
 
 def _claim(conf: Confirmation | None, run: RunRecord) -> dict[str, Any]:
@@ -74,54 +88,188 @@ def _measured_on(run: RunRecord, study: StudyRecord) -> dict[str, Any]:
 
 
 def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
-                    rank: int = 1) -> dict[str, Any]:
-    """The export mapping for the configuration ranked `rank` (1 = best).
+                    rank: int | None = None, trial: int | None = None,
+                    candidates: int = 10) -> dict[str, Any]:
+    """The export mapping: the recommendation, or an explicit pick.
 
-    Ranked by the study's objectives (`ranking.ordered`; time first when it
-    has two), never over its memory budget.
+    Without `rank` or `trial` the document holds what `ranking.recommend`
+    recommends: a configuration confirmed faster than XLA's defaults, or else
+    the defaults themselves (`flags: {}`, `xla_flags: ''`, `measured.verdict:
+    no measurable gain`, `recommended: false`). `rank` (1 = first of `best`)
+    or `trial` (a search trial number) export that configuration instead,
+    `recommended` true only when it is the recommendation, with the reason.
+    `candidates` lists the first rows of `best` either way, as evidence.
 
     Raises:
-        ExportError: the study has no successful configuration of that rank.
+        ExportError: the study has no such rank or trial, or nothing of it
+            ran successfully (not even the baseline).
     """
-    from autotune.flags.compose import compose_env, xla_flags_string
-
     order = ordered(runs, study.objectives, study.memory_budget_bytes)
-    if not 1 <= rank <= len(order):
-        raise ExportError(
-            f"study '{study.name}' has {len(order)} successful configurations, no rank {rank}; "
-            f"run `autotune best {study.name}` to see them"
-        )
-    run, conf = order[rank - 1]
+    rec = recommend(runs, study.objectives, study.memory_budget_bytes)
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
+    if rank is not None or trial is not None:
+        position = _pick(study, order, rank, trial)
+        run, conf = order[position]
+        recommended, reason = rec.run is not None and rec.run.id == run.id, \
+            pick_reason(run, conf, rec)
+        body = _configuration(run, conf, baseline, catalog)
+        position += 1
+    elif rec.run is not None:
+        run, conf, recommended, reason = rec.run, rec.confirmation, True, rec.reason
+        body = _configuration(run, conf, baseline, catalog)
+        position = 1
+    else:
+        if baseline is None:
+            raise ExportError(f"study '{study.name}' has no successful baseline run, so "
+                              f"nothing was measured; run `autotune trials {study.name}` to "
+                              "see why, fix it, and run the study again")
+        run, recommended, reason, position = baseline, False, rec.reason, None
+        body = _defaults(baseline)
     return {
         "schema_version": EXPORT_SCHEMA_VERSION,
         "study": study.name,
-        "rank": rank,
-        "trial": run.trial_number,
-        "flags": dict(run.flags),
-        "changed_from_defaults": changed_flags(run.flags, catalog),
-        "env": compose_env(run.flags, {}, catalog),
-        "xla_flags": xla_flags_string(run.flags, catalog),
-        "measured": _measured(run, baseline, conf),
+        "recommended": recommended,
+        "reason": reason,
+        "rank": position,
+        **body,
         "measured_on": _measured_on(run, study),
+        "candidates": _candidates(runs, catalog, study, candidates),
         "objectives": list(study.objectives),
         "memory_budget_bytes": study.memory_budget_bytes,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
+def _pick(study: StudyRecord, order: list[tuple[RunRecord, Confirmation | None]],
+          rank: int | None, trial: int | None) -> int:
+    """The index into `order` of `--rank N` or `--trial N`."""
+    if trial is not None:
+        found = [i for i, (run, _) in enumerate(order) if run.trial_number == trial]
+        if not found:
+            raise ExportError(
+                f"study '{study.name}' has no ranked trial {trial} (it failed, repeated "
+                f"another configuration, or does not exist); run `autotune best "
+                f"{study.name}` to see the ranked trials")
+        return found[0]
+    assert rank is not None
+    if not 1 <= rank <= len(order):
+        raise ExportError(
+            f"study '{study.name}' has {len(order)} successful configurations, no rank {rank}; "
+            f"run `autotune best {study.name}` to see them")
+    return rank - 1
+
+
+def _configuration(run: RunRecord, conf: Confirmation | None, baseline: RunRecord | None,
+                   catalog: Any) -> dict[str, Any]:
+    """The keys that say what to set, and what was measured, for one configuration."""
+    from autotune.flags.compose import compose_env, split_per_compile, xla_flags_string
+
+    options, environment_only = split_per_compile(run.flags, catalog)
+    return {
+        "trial": run.trial_number,
+        "flags": dict(run.flags),
+        "changed_from_defaults": changed_flags(run.flags, catalog),
+        "env": compose_env(run.flags, {}, catalog),
+        "xla_flags": xla_flags_string(run.flags, catalog),
+        "jax": {"compiler_options": options,
+                "env": compose_env(environment_only, {}, catalog)},
+        "measured": _measured(run, baseline, conf),
+    }
+
+
+def _defaults(baseline: RunRecord) -> dict[str, Any]:
+    """The keys of a document that recommends XLA's defaults: nothing to set."""
+    m = baseline.outcome.measurement
+    assert m is not None
+    return {
+        "trial": None, "flags": {}, "changed_from_defaults": {}, "env": {}, "xla_flags": "",
+        "jax": {"compiler_options": {}, "env": {}},
+        "measured": {
+            "verdict": "no measurable gain", "speedup": 1.0, "speedup_interval": None,
+            "confidence": None, "confirmed": False, "confirmation_runs": 0,
+            "median_step_time_s": m.median_s, "baseline_median_step_time_s": m.median_s,
+            "search_speedup": None, "mode": m.mode.value, "steps": len(m.step_times_s),
+            "compile_time_s": m.compile_time_s, "peak_memory_bytes": m.peak_memory_bytes,
+            "memory_source": m.memory_source, "same_program_as_baseline": True,
+            "fingerprint": m.baseline_fingerprint or m.fingerprint,
+        },
+    }
+
+
+def _candidates(runs: list[RunRecord], catalog: Any, study: StudyRecord,
+                limit: int) -> list[dict[str, Any]]:
+    """The first `limit` rows of `best --format json` (the baseline row left out)."""
+    rows = best_rows(runs, catalog, limit=limit, memory_budget=study.memory_budget_bytes,
+                     objectives=study.objectives)
+    return [best_row_json(row) for row in rows if row.rank is not None]
+
+
 class ExportFormat(StrEnum):
-    """The forms one export document is written in."""
+    """The forms one export document is written in.
+
+    `yaml` and `json` are the whole document; `env` is the variables to set,
+    as lines a POSIX shell can `source`; `jax` is the configuration for
+    `jax.jit(f).lower(...).compile(compiler_options=...)`, as JSON, with the
+    variables the flags that compile options cannot carry need.
+    """
 
     YAML = "yaml"
     JSON = "json"
+    ENV = "env"
+    JAX = "jax"
 
 
 def render_export(document: dict[str, Any], fmt: ExportFormat = ExportFormat.YAML) -> str:
-    """The export document as text: YAML (keys in document order) or JSON (indented)."""
+    """The export document as text in `fmt` (see `ExportFormat`)."""
     if fmt is ExportFormat.JSON:
         return json.dumps(document, indent=1) + "\n"
+    if fmt is ExportFormat.ENV:
+        return render_env(document)
+    if fmt is ExportFormat.JAX:
+        return json.dumps(_jax_view(document), indent=1) + "\n"
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
+def render_env(document: dict[str, Any]) -> str:
+    """The document's variables as `export NAME='value'` lines for `.`/`source`.
+
+    Every value is quoted with `shlex.quote`, so no value can run a command or
+    expand a variable; comment lines say what the file is. Sourcing it sets
+    the variables exactly (a user's own XLA_FLAGS is replaced: `autotune apply`
+    merges instead). XLA's defaults give comments only.
+    """
+    lines = [f"# autotune export of study {_comment(document['study'])}: "
+             + (f"trial {document['trial']}" if document["trial"] is not None
+                else "XLA's defaults, nothing to set"),
+             f"# recommended: {'yes' if document['recommended'] else 'no'}: "
+             f"{_comment(document['reason'])}",
+             "# sets these variables exactly; `autotune apply FILE -- CMD` merges with your own"]
+    for name, value in document["env"].items():
+        if not _VARIABLE.fullmatch(name):
+            raise ExportError(f"variable name {name!r} cannot be set by a shell; "
+                              "export --format yaml instead")
+        lines.append(f"export {name}={shlex.quote(str(value))}")
+    return "\n".join(lines) + "\n"
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _comment(text: object) -> str:
+    """`text` on one comment line: control characters written as escapes."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+def _jax_view(document: dict[str, Any]) -> dict[str, Any]:
+    """What `--format jax` writes: the options for one compile, the rest apart."""
+    jax = document["jax"]
+    return {"study": document["study"], "trial": document["trial"],
+            "recommended": document["recommended"], "reason": document["reason"],
+            "compiler_options": jax["compiler_options"],
+            "environment": jax["env"],
+            "usage": "jax.jit(f).lower(*args).compile(compiler_options=compiler_options); "
+                     "set `environment` before JAX starts (those flags cannot be given "
+                     "per compilation)"}
 
 
 def write_export(document: dict[str, Any], path: Path,

@@ -34,12 +34,14 @@ class BestRow:
 
     `rank` is None for the baseline row (shown for reference: its speedup is
     the in-process A/A ratio, i.e. the noise floor of the measurement).
+    `recommended` marks the one row `recommend` picks (at most one).
     """
 
     rank: int | None
     run: RunRecord
     changed: Mapping[str, FlagValue]
     confirmation: Confirmation | None = None
+    recommended: bool = False
 
     @property
     def confirmed(self) -> bool:
@@ -102,16 +104,134 @@ def _measured_elsewhere(run: RunRecord) -> bool:
 
 def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None
                     ) -> list[tuple[RunRecord, Confirmation | None]]:
-    """`ranked(runs)` reordered by what the confirmation phase found.
+    """`ranked(runs)` reordered by what the confirmation phase found, in tiers.
 
-    Configurations with a confirmed estimate come first, fastest confirmed
-    first; then the rest in the search's order. A search winner that was luck
-    therefore drops below one the re-measurement upholds.
+    1. confirmed faster with the numerics guard passed, by the lower end of the
+       speedup interval (the gain the evidence guarantees), largest first;
+    2. no measurable gain (an interval holding 1.0, or the baseline's program),
+       by the confirmed ratio;
+    3. not confirmed, in the search's order;
+    4. confirmed slower, by the confirmed ratio;
+    5. failed confirmation or broke the numerics guard, in the search's order.
+
+    A search winner that was luck therefore drops below one the
+    re-measurement upholds, and nothing unconfirmed outranks a confirmed gain.
     """
     pairs = [(run, confirmation(runs, run)) for run in ranked(runs, memory_budget)]
-    confirmed = sorted((p for p in pairs if p[1] is not None and p[1].estimate is not None),
-                       key=lambda p: p[1].estimate.ratio)  # type: ignore[union-attr]
-    return confirmed + [p for p in pairs if p[1] is None or p[1].estimate is None]
+    return sorted(pairs, key=lambda p: _tier_key(*p))
+
+
+def _tier_key(run: RunRecord, conf: Confirmation | None) -> tuple[int, float]:
+    """(tier, order within it) of `confirmed_order`; Python's sort keeps the search's
+    order among equal keys."""
+    if conf is None:
+        return (2, 0.0)
+    estimate = conf.estimate
+    if conf.numerics_failures or (estimate is None and not conf.same_program):
+        return (4, 0.0)
+    if conf.recommendable and estimate is not None:
+        return (0, -estimate.speedup_interval[0])
+    ratio = estimate.ratio if estimate is not None else 1.0
+    return (3, ratio) if conf.verdict() == "slower" else (1, ratio)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What autotune recommends: a configuration, or XLA's defaults (`run` None).
+
+    `reason` says why, in one sentence a user can act on.
+    """
+
+    run: RunRecord | None
+    confirmation: Confirmation | None
+    reason: str
+
+    @property
+    def recommended(self) -> bool:
+        """True when a configuration beats XLA's defaults by the rule (else: keep them)."""
+        return self.run is not None
+
+
+def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
+              memory_budget: int | None = None) -> Recommendation:
+    """The configuration to apply, or XLA's defaults when none is proven better.
+
+    Time objective: the first of `confirmed_order` when its confirmed speedup
+    interval lies wholly above 1.0 and no confirmation run broke the numerics
+    guard. Memory alone: the lowest-memory configuration when its measured
+    peak is below the baseline's (the search run passed the numerics guard or
+    it would not be ranked) and no confirmation run broke the guard.
+    """
+    order = ordered(runs, objectives, memory_budget)
+    if tuple(objectives) == ("memory",):
+        return _recommend_memory(runs, order)
+    if order and order[0][1] is not None and order[0][1].recommendable:
+        run, conf = order[0]
+        return Recommendation(run, conf, _faster_text(conf))
+    return Recommendation(None, None, _no_gain_reason(order))
+
+
+def _faster_text(conf: Confirmation | None) -> str:
+    assert conf is not None and conf.estimate is not None
+    low, high = conf.estimate.speedup_interval
+    return (f"confirmed ×{conf.estimate.speedup:.3f} [{low:.3f}, {high:.3f}] faster than "
+            f"XLA's defaults in {conf.runs - conf.failures} fresh processes; the numerics "
+            "guard passed")
+
+
+def _no_gain_reason(order: list[tuple[RunRecord, Confirmation | None]]) -> str:
+    confirmed = [(run, c) for run, c in order if c is not None]
+    if not order:
+        return "no configuration ran successfully: keep XLA's defaults"
+    if not confirmed:
+        return ("no configuration was confirmed (the search's figures are one process each, "
+                "and the best of many is usually lucky): keep XLA's defaults, or run the "
+                "study again with --confirm K")
+    run, c = confirmed[0]
+    return (f"no configuration was confirmed faster than XLA's defaults (the best confirmed, "
+            f"trial {run.trial_number}: {verdict_text(c)}): keep XLA's defaults")
+
+
+def verdict_text(c: Confirmation | None) -> str:
+    """A confirmation in words with its figure and interval, e.g. `×1.020 [0.980, 1.060]
+    no measurable gain`."""
+    if c is None:
+        return "not confirmed"
+    if c.same_program:
+        return "no measurable gain (the baseline's program)"
+    if c.estimate is None:
+        return f"failed ({c.failures} of {c.runs} runs)"
+    low, high = c.estimate.speedup_interval
+    text = f"×{c.estimate.speedup:.3f} [{low:.3f}, {high:.3f}] {c.verdict()}"
+    if c.numerics_failures:
+        text += f", {c.numerics_failures} runs broke the numerics guard"
+    return text
+
+
+def _recommend_memory(runs: list[RunRecord], order: list[tuple[RunRecord, Confirmation | None]]
+                      ) -> Recommendation:
+    base = next((peak_memory(r) for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
+    if order and base is not None:
+        run, conf = order[0]
+        peak = peak_memory(run)
+        clean = conf is None or conf.numerics_failures == 0
+        if peak is not None and peak < base and clean:
+            return Recommendation(run, conf, f"peak memory {peak} bytes, below the baseline's "
+                                  f"{base} bytes; the numerics guard passed")
+    return Recommendation(None, None, "no configuration needed less peak memory than XLA's "
+                          "defaults: keep them")
+
+
+def pick_reason(run: RunRecord, conf: Confirmation | None, rec: Recommendation) -> str:
+    """Why an explicitly picked configuration (`export --rank/--trial`) is not the
+    recommendation; its own verdict first."""
+    if rec.run is not None and rec.run.id == run.id:
+        return rec.reason
+    if conf is None or not conf.recommendable:
+        return f"explicit pick: {verdict_text(conf)}; not recommended over XLA's defaults"
+    assert rec.run is not None
+    return (f"explicit pick: {verdict_text(conf)}, but trial {rec.run.trial_number} ranks above "
+            "it and is the recommendation")
 
 
 def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
@@ -170,9 +290,11 @@ def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if baseline is not None:
         rows.append(BestRow(None, baseline, {}))
+    chosen = recommend(runs, objectives, memory_budget).run
     for rank, (run, conf) in enumerate(ordered(runs, objectives, memory_budget)[:limit],
                                        start=1):
-        rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf))
+        rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf,
+                            recommended=chosen is not None and chosen.id == run.id))
     return rows
 
 
@@ -238,7 +360,8 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     `median_step_s`, `search_speedup` (the search's own figure),
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
     `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
-    not confirmed), `peak_memory_bytes` and `same_program` (as the baseline's).
+    not confirmed), `recommended` (the one configuration autotune recommends over
+    XLA's defaults), `peak_memory_bytes` and `same_program` (as the baseline's).
     """
     c = row.confirmation
     estimate = c.estimate if c is not None else None
@@ -248,5 +371,6 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
         "confirmed_speedup": estimate.speedup if estimate else (1.0 if row.confirmed else None),
         "confirmed_interval": list(estimate.speedup_interval) if estimate else None,
         "verdict": c.verdict() if c is not None else None,
+        "recommended": row.recommended,
         "peak_memory_bytes": row.peak_memory_bytes, "same_program": row.same_program,
     }
