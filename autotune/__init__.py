@@ -2,6 +2,32 @@
 
 Importing this package is cheap: it never imports jax, optuna or sqlalchemy.
 Heavy modules are imported by the commands that need them.
+
+Apply an exported configuration from Python with `load_config`:
+
+    import autotune
+    autotune.load_config("best.yaml").apply()   # before JAX starts its backend
 """
 
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.config import Config
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "load_config"]
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a file that `autotune export` wrote (see `autotune.config`).
+
+    Raises:
+        autotune.errors.ConfigFileError: the file is missing, unreadable, not an
+            export, of another schema version, or sets a flag the catalog does not know.
+    """
+    from autotune.config import load_config as load
+
+    return load(path)

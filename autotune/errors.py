@@ -74,3 +74,28 @@ class UnknownFlagsInSpaceError(UsageError):
 
 class BackendMismatchError(UsageError):
     """A space for one backend asked for on a machine where JAX reports another."""
+
+
+class ConfigFileError(ExportError):
+    """An exported configuration cannot be loaded (`autotune.load_config`, `autotune apply`).
+
+    The file is missing or unreadable, is neither YAML nor JSON, is not an
+    export, holds another export schema version, or sets a flag the catalog
+    does not know; the message names the file and the key.
+    """
+
+
+class ConfigRefusedError(UsageError):
+    """`autotune apply` refuses a configuration the installed XLA would abort on, or a
+    command line it cannot run (no command given); `--force` overrides the former."""
+
+
+class BackendStartedError(UsageError):
+    """Flags set through the environment after JAX started a backend would be ignored."""
+
+
+class CommandNotFoundError(AutotuneError):
+    """`autotune apply ... -- CMD`: CMD is not found or cannot be executed (exit 127,
+    as a shell reports it)."""
+
+    exit_code = 127

@@ -19,7 +19,7 @@ from typing import Any
 from autotune._proc import Finished, run_bounded
 from autotune.failures import classify_exit
 from autotune.measurement import ResultFileError, read_result
-from autotune.protocol import JOB_ENV, RESULT_ENV, Job
+from autotune.protocol import JOB_ENV, RESULT_ENV, Job, Phase
 from autotune.records import FlagValue, OutcomeKind, TrialOutcome
 
 
@@ -50,6 +50,11 @@ class TrialRequest:
             child compiles, and times nothing when its program is among them.
         memory_budget_bytes: the child times nothing when the compiled program
             needs more (the outcome is `over_budget`); None: no budget.
+        reference_options: PAIRED mode: options of the in-process reference
+            the candidate is timed against (None: XLA's defaults).
+        reference: the configuration those options carry, for launchers that
+            look results up rather than measure them.
+        timed: False compiles only (for the program's fingerprint).
     """
 
     workload: Path
@@ -67,6 +72,9 @@ class TrialRequest:
     workdir: Path | None = None
     known_programs: Mapping[str, int] = field(default_factory=dict)
     memory_budget_bytes: int | None = None
+    reference_options: Mapping[str, Any] | None = None
+    reference: Mapping[str, FlagValue] | None = None
+    timed: bool = True
 
 
 class Launcher(ABC):
@@ -130,6 +138,8 @@ class SubprocessLauncher(Launcher):
             prune_ratio=request.prune_ratio, compiler_options=request.compiler_options,
             artifact_dir=str(scratch), known_programs=dict(request.known_programs),
             memory_budget_bytes=request.memory_budget_bytes,
+            reference_options=request.reference_options,
+            phases=(Phase.COMPILE, Phase.MEASURE) if request.timed else (Phase.COMPILE,),
         ).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env

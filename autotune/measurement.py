@@ -57,8 +57,9 @@ def measurement_from_body(body: dict[str, Any]) -> Measurement:
 def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
     """Read a child's result file: (kind, message, measurement if any was taken).
 
-    A program another trial measured (`same_program_as`) counts as a
-    measurement without timed steps.
+    A program another trial measured (`same_program_as`), or a successful
+    compile-only job (a fingerprint, nothing timed), counts as a measurement
+    without timed steps.
 
     Raises:
         ResultFileError: the file is missing or cut short, breaks the protocol
@@ -76,5 +77,6 @@ def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
         raise ResultFileError(f"the child's result breaks the protocol: {exc}") from exc
     except ValueError as exc:
         raise ResultFileError(f"result field 'status': {exc}") from exc
-    has_data = bool(body.get("step_times_s")) or body.get("same_program_as") is not None
+    has_data = (bool(body.get("step_times_s")) or body.get("same_program_as") is not None
+                or (kind is OutcomeKind.OK and bool(body.get("fingerprint"))))  # compile only
     return kind, body["message"], measurement_from_body(body) if has_data else None

@@ -67,6 +67,10 @@ class Job:
         artifact_dir: where the child keeps compiler dumps and profiles.
         memory_budget_bytes: a candidate whose compiled footprint exceeds it
             is not timed: its result says `over_budget`. None: no budget.
+        reference_options: PAIRED mode: the options the in-process reference
+            ("baseline") executable is compiled with; None: XLA's defaults.
+            Shrinking times a configuration less one flag against the
+            configuration itself this way.
     """
 
     steps: int = 20
@@ -81,6 +85,7 @@ class Job:
     known_programs: Mapping[str, int] = field(default_factory=dict)
     artifact_dir: str | None = None
     memory_budget_bytes: int | None = None
+    reference_options: Mapping[str, OptionValue] | None = None
 
     def __post_init__(self) -> None:
         _check_job(self)
@@ -97,6 +102,8 @@ class Job:
         body["compiler_options"] = (None if self.compiler_options is None
                                     else dict(self.compiler_options))
         body["known_programs"] = dict(self.known_programs)
+        body["reference_options"] = (None if self.reference_options is None
+                                     else dict(self.reference_options))
         return json.dumps({"schema_version": SCHEMA_VERSION, **body})
 
     @classmethod
@@ -156,9 +163,14 @@ def _check_job(job: Job) -> None:
     if job.prune_ratio is not None and not (_is_number(job.prune_ratio) and job.prune_ratio > 0):
         raise ProtocolError(f"job field 'prune_ratio': expected a positive number or null, "
                             f"got {job.prune_ratio!r}")
-    if job.compiler_options is not None and not _options_ok(job.compiler_options):
-        raise ProtocolError("job field 'compiler_options': expected an object of names to "
-                            f"booleans, numbers or strings, got {job.compiler_options!r}")
+    for name in ("compiler_options", "reference_options"):
+        options = getattr(job, name)
+        if options is not None and not _options_ok(options):
+            raise ProtocolError(f"job field '{name}': expected an object of names to "
+                                f"booleans, numbers or strings, got {options!r}")
+    if job.reference_options is not None and job.compiler_options is None:
+        raise ProtocolError("job field 'reference_options': only a PAIRED job (with "
+                            "compiler_options) compiles a reference")
     phases = list(job.phases)
     if not phases or phases[0] is not Phase.COMPILE or phases != sorted(
             set(phases), key=list(Phase).index):

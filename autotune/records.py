@@ -38,6 +38,9 @@ class Role(StrEnum):
     RECOMMENDED = "recommended"
     SEARCH = "search"
     CONFIRM = "confirm"
+    FINGERPRINT = "fingerprint"  # compiled only, for its program's fingerprint (shrinking)
+    ABLATION = "ablation"  # the winner less one flag, timed against the winner in one process
+    MINIMAL = "minimal"  # the shrunk winner, timed against XLA's defaults
 
 
 class MeasureMode(StrEnum):

@@ -45,7 +45,7 @@ from autotune._optuna import (
 )
 from autotune._proc import deferred_interrupt, process_alive, raise_if_interrupted
 from autotune.errors import BaselineFailedError
-from autotune.flags.compose import config_key, effective_config
+from autotune.flags.compose import compiler_options, config_key, effective_config
 from autotune.launcher import Launcher
 from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values
 from autotune.records import (
@@ -60,7 +60,8 @@ from autotune.records import (
     TrialOutcome,
 )
 from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
-from autotune.results.ranking import peak_memory, ranked
+from autotune.results.ranking import peak_memory, ranked, recommend
+from autotune.results.shrink import Shrink, Step, shrink
 from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
 from autotune.stopping import prune_limit
 from autotune.storage.store import Store
@@ -338,6 +339,56 @@ class StudyRunner:
                 on_run(ConfirmEvent(number, outcome, done, len(pending)))
         return targets
 
+    def shrink(self, repeats: int,
+               on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:
+        """Shrink the recommended configuration to the flags that matter
+        (`autotune.results.shrink`), measuring what it asks for until it is done.
+
+        Returns the final state, or None when nothing is recommended, the study
+        is DIRECT, or another process shrinks it now (claim `shrink:TRIAL`).
+        Runs already stored count: re-running continues. The claim is released
+        at the end (as interrupted, so a later run with more repeats may take it).
+        """
+        runs = self.store.runs(self.plan.name, env_key=self.env_key)
+        rec = recommend(runs, self.plan.objectives, self.plan.memory_budget_bytes)
+        if rec.run is None or self.plan.mode is not MeasureMode.PAIRED:
+            return None
+        state = shrink(runs, rec.run, self.judge.catalog, repeats)
+        if state.done:
+            return state
+        verdict, claim = self.store.claim(self.plan.name, self.env_key,
+                                          f"shrink:{state.trial_number}", Role.ABLATION,
+                                          rec.run.flags, state.trial_number, self.owner)
+        if claim is None or verdict is not ClaimVerdict.CLAIMED:
+            return None
+        try:
+            while state.next is not None:
+                for _ in range(state.next.runs):
+                    raise_if_interrupted()
+                    outcome = self._shrink_run(state.trial_number, state.next)
+                    if on_run:
+                        on_run(ShrinkEvent(state.trial_number, state.next, outcome))
+                runs = self.store.runs(self.plan.name, env_key=self.env_key)
+                state = shrink(runs, rec.run, self.judge.catalog, repeats)
+        finally:
+            with deferred_interrupt():
+                self.store.release(claim.id)
+        return state
+
+    def _shrink_run(self, number: int, step: Step) -> TrialOutcome:
+        """Measure one step of shrinking and store it under trial `number`."""
+        reference = step.reference
+        request = replace(
+            self.judge.request(step.flags), timed=step.timed, reference=reference,
+            reference_options=compiler_options(reference, self.judge.catalog)
+            if reference is not None else None)
+        outcome = self.launcher.launch(request)
+        with deferred_interrupt():
+            self.store.record_run(self.plan.name, number, step.role, step.flags,
+                                  self.judge.user_env(step.flags), outcome,
+                                  environment_of(outcome.measurement), env_key=self.env_key)
+        return outcome
+
     def _wait_for_search(self) -> None:
         """Block while other processes still measure search trials in this environment, so
         every process confirms the same leaders."""
@@ -526,6 +577,15 @@ class StudyView:
     def baseline_elsewhere(self) -> bool:
         """Whether another process is measuring this environment's baseline right now."""
         return not self.index.baseline_ok() and BASELINE_KEY in self.index.in_flight
+
+
+@dataclass(frozen=True)
+class ShrinkEvent:
+    """Reported after each run of shrinking."""
+
+    trial_number: int
+    step: Step
+    outcome: TrialOutcome
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,25 @@ def test_an_unconfirmed_study_exports_xlas_defaults_with_its_candidates(finished
 
 
 @pytest.mark.slow
+def test_a_study_whose_flags_never_change_the_program_exports_xlas_defaults(tmp_path):
+    """GPU flags on the CPU compiler: every configuration compiles to the default program."""
+    result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul", "--preset",
+                    "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", "--trials", "3",
+                    "--seed", "1", "--allow-backend-mismatch", "--confirm", "2",
+                    "--confirm-repeats", "2", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
+    tried = [r for r in store.runs("gpu-collectives-matmul-tiny") if r.role is not Role.BASELINE]
+    assert len(tried) == 2 and all(r.flags for r in tried)
+    assert all(r.outcome.measurement.same_program_as == 0 for r in tried)  # the premise
+    exported = invoke("export", "gpu-collectives-matmul-tiny", "-o", "-", cwd=tmp_path)
+    doc = yaml.safe_load(exported.stdout)
+    assert (doc["recommended"], doc["flags"], doc["xla_flags"]) == (False, {}, "")
+    assert doc["measured"]["verdict"] == "no measurable gain"
+    assert "compiled to XLA's default program" in doc["reason"]
+
+
+@pytest.mark.slow
 def test_export_rank_writes_an_explicit_pick_marked_not_recommended(finished_study, tmp_path):
     target = tmp_path / "pick.yaml"
     result = invoke("export", "cpu-matmul-tiny", "--rank", "1", "-o", str(target),

@@ -359,3 +359,66 @@ def test_installed_xla_accepts_the_catalog_flags_in_xla_flags_and_per_compile():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "compiled" in run.stdout
+
+
+# --- lint: what `flags check` counts and says (in-process, no probe) --------------------
+
+OVERRIDING_CATALOG = Catalog([
+    flag("xla_pipeline_all", overrides=["xla_pipeline_one"], overrides_when=True),
+    flag("xla_pipeline_old", overrides=["xla_pipeline_one"], overrides_when=True,
+         obsolete={"since": "test", "note": "set xla_pipeline_one"}),
+    flag("xla_pipeline_one"),
+])
+
+
+def lint_text(text: str, catalog: Catalog | None = None, libtpu: str = "") -> list:
+    from autotune.flags.lint import lint, parse_uses
+
+    return lint(parse_uses(text, libtpu), catalog or load_catalog(), None)
+
+
+@pytest.mark.parametrize(
+    ("xla_flags", "libtpu", "flag_name", "words"),
+    [
+        ("--NCCL_PROTO=SIMPLE", "", "NCCL_PROTO",
+         "--NCCL_PROTO is an environment variable, not an XLA_FLAGS flag"),
+        ("--xla_tpu_enable_async_all_to_all=true", "", "xla_tpu_enable_async_all_to_all",
+         "--xla_tpu_enable_async_all_to_all is a libtpu flag, not an XLA_FLAGS flag"),
+        ("", "--NCCL_PROTO=SIMPLE", "NCCL_PROTO",
+         "--NCCL_PROTO is an environment variable, not a LIBTPU_INIT_ARGS flag"),
+    ],
+)
+def test_a_flag_on_the_wrong_channel_would_abort_the_job(xla_flags, libtpu, flag_name, words):
+    from autotune.flags.lint import FindingKind
+
+    [finding] = lint_text(xla_flags, libtpu=libtpu)
+
+    assert (finding.kind, finding.flag) == (FindingKind.WRONG_CHANNEL, flag_name)
+    assert finding.would_abort
+    assert finding.message.startswith(words), finding.message
+
+
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        ("--xla_backend_optimization_level=7", "give an int value"),
+        ("--xla_cpu_enable_fast_math=maybe", "give a bool value"),
+    ],
+)
+def test_a_bad_value_is_told_which_type_to_give_with_the_right_article(text, fix):
+    [finding] = lint_text(text)
+    assert finding.fix == fix
+
+
+def test_no_flag_is_overridden_by_a_flag_that_must_be_removed_anyway():
+    from autotune.flags.lint import FindingKind
+
+    obsolete = lint_text("--xla_pipeline_old=true --xla_pipeline_one=false", OVERRIDING_CATALOG)
+    live = lint_text("--xla_pipeline_all=true --xla_pipeline_one=false", OVERRIDING_CATALOG)
+
+    assert [f.kind for f in obsolete] == [FindingKind.OBSOLETE]
+    assert [(f.kind, f.flag) for f in live] == [(FindingKind.OVERRIDDEN, "xla_pipeline_one")]
+    # the packaged catalog's one overriding flag is obsolete: only that finding is left
+    packaged = lint_text("--xla_gpu_enable_pipelined_collectives=true "
+                         "--xla_gpu_enable_pipelined_all_gather=false")
+    assert FindingKind.OVERRIDDEN not in {f.kind for f in packaged}

@@ -49,6 +49,27 @@ def test_default_configuration_paired_with_itself_is_the_same_program(workloads_
     assert m.same_program_as_baseline is True
 
 
+def test_a_reference_configuration_is_what_the_candidate_is_timed_against(workloads_dir):
+    fast = {"xla_cpu_enable_fast_math": True}
+    alone = launch(workloads_dir / "toy.py", compiler_options=fast).measurement
+    against_itself = launch(workloads_dir / "toy.py", compiler_options=fast,
+                            reference_options=fast).measurement
+    # the in-process reference is compiled with the reference options: the same program
+    assert against_itself.same_program_as_baseline is True
+    assert against_itself.baseline_fingerprint == alone.fingerprint != alone.baseline_fingerprint
+    assert len(against_itself.baseline_step_times_s) == 5
+
+
+def test_a_compile_only_request_fingerprints_and_times_nothing(workloads_dir):
+    fast = {"xla_cpu_enable_fast_math": True}
+    outcome = launch(workloads_dir / "toy.py", compiler_options=fast, timed=False)
+    assert outcome.kind is OutcomeKind.OK, outcome.message + outcome.stderr_tail
+    m = outcome.measurement
+    assert m.fingerprint and m.step_times_s == () and m.baseline_step_times_s == ()
+    timed = launch(workloads_dir / "toy.py", compiler_options=fast).measurement
+    assert m.fingerprint == timed.fingerprint
+
+
 def test_flag_unknown_to_xla_flags_is_an_unknown_flag_outcome(workloads_dir):
     outcome = launch(workloads_dir / "toy.py", env={"XLA_FLAGS": "--xla_gpu_graph_level=0"})
     assert outcome.kind is OutcomeKind.UNKNOWN_FLAG

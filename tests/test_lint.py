@@ -93,8 +93,6 @@ def test_pgle_list_names_the_obsolete_flags_and_their_replacement(catalog):
          FindingKind.DUPLICATE, "xla_cpu_enable_fast_math"),
         ("", "--xla_tpu_enable_ici_ag_pipelining=true", FindingKind.PARTIAL_GROUP,
          "xla_tpu_enable_ici_ag_pipelining"),
-        ("--xla_gpu_enable_pipelined_collectives=true --xla_gpu_enable_pipelined_all_gather=false",
-         "", FindingKind.OVERRIDDEN, "xla_gpu_enable_pipelined_all_gather"),
         ("--xla_gpu_enable_latency_hyding_scheduler=true", "", FindingKind.UNKNOWN,
          "xla_gpu_enable_latency_hyding_scheduler"),
     ],
@@ -201,3 +199,26 @@ def test_junk_flag_strings_give_only_project_errors(catalog, text):
         assert f.fix, f
         if f.kind is not FindingKind.PARTIAL_GROUP:
             assert f"--{f.flag}" in f.message, f
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("text", "summary"),
+    [
+        ("--NCCL_PROTO=SIMPLE", "1 flag checked against jaxlib {v}: 1 finding, 1 of which"),
+        ("--NCCL_PROTO=SIMPLE --xla_cpu_enable_fast_math=maybe",
+         "2 flags checked against jaxlib {v}: 2 findings, 1 of which"),
+    ],
+)
+def test_flags_check_counts_a_wrong_channel_flag_among_those_that_abort(text, summary):
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    result = CliRunner().invoke(app, ["flags", "check", text])
+
+    assert result.exit_code == 1, result.output
+    expected = summary.format(v=version("jaxlib")) + " would abort the job at start"
+    assert expected in result.stdout

@@ -226,13 +226,14 @@ def test_importance_as_json_has_one_object_per_param_with_stable_keys(study_db):
     result = invoke("importance", "s", "--format", "json", url=study_db)
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
-    assert sorted(document) == ["flags", "noise", "study", "trials"]
+    assert sorted(document) == ["ablation", "flags", "noise", "study", "trials"]
+    assert document["ablation"]["trial"] is None and document["ablation"]["flags"] == []
     assert document["study"] == "s" and document["trials"] == 2
     assert sorted(f["param"] for f in document["flags"]) == [
         "xla_backend_optimization_level", "xla_cpu_enable_fast_math"]
     assert {tuple(sorted(f)) for f in document["flags"]} == {(
-        "best_ratio", "best_value", "effect", "importance", "measurable", "param", "rank",
-        "trials", "values_tried", "worst_ratio", "worst_value")}
+        "above_noise", "best_ratio", "best_value", "param", "rank", "spread", "trials",
+        "values_tried", "variance_share", "worst_ratio", "worst_value")}
     assert all(f["values_tried"] == 1 and f["rank"] is None for f in document["flags"])
 
 
@@ -244,5 +245,6 @@ def test_importance_as_json_with_nothing_to_compare_says_so_in_its_keys(url):
     optuna.create_study(study_name="young", storage=url)
     result = invoke("importance", "young", "--format", "json", url=url)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"study": "young", "trials": 0, "noise": None,
-                                         "flags": []}
+    document = json.loads(result.output)
+    assert document.pop("ablation")["trial"] is None
+    assert document == {"study": "young", "trials": 0, "noise": None, "flags": []}

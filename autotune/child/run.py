@@ -61,10 +61,12 @@ def measure(work: Workload, job: Job) -> dict[str, Any]:
 
 
 def _timed(lowered: Any, cand: Any, args: tuple[Any, ...], job: Job) -> dict[str, Any]:
-    """The measure phase: PAIRED against a baseline compiled here, or DIRECT alone."""
+    """The measure phase: PAIRED against a baseline compiled here (with the job's
+    `reference_options`, XLA's defaults unless given), or DIRECT alone."""
     if not job.paired:
         return {**time_direct(cand, args, job), **numerics_facts(cand, None, args)}
-    base, base_seconds = compile_lowered(lowered, {}, _subdir(job.artifact_dir, "baseline"))
+    base, base_seconds = compile_lowered(lowered, job.reference_options or {},
+                                         _subdir(job.artifact_dir, "baseline"))
     return {
         "baseline_compile_time_s": base_seconds,
         "baseline_fingerprint": program_fingerprint(_subdir(job.artifact_dir, "baseline")),

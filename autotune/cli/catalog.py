@@ -211,10 +211,13 @@ def _print_unchecked(uses: list[Any], report: Any) -> None:
 
 
 def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
+    """The findings' table, then one line: flags checked, findings, how many abort a job
+    (`Finding.would_abort`: unknown flags, values XLA rejects, wrong-channel flags...)."""
     from rich.table import Table
 
+    checked = _count(count, "flag") + f" checked against jaxlib {jaxlib}"
     if not findings:
-        out.print(f"{count} flags checked against jaxlib {jaxlib}: no findings")
+        out.print(f"{checked}: no findings", highlight=False)
         return
     table = Table()
     table.add_column("flag", overflow="fold", min_width=20)  # never cut a flag name
@@ -224,6 +227,11 @@ def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
         kind = f.kind.value + (" (aborts)" if f.would_abort else "")
         table.add_row(literal(f.flag), kind, literal(f.message), literal(f.fix))
     out.print(table)
-    aborting = sum(f.would_abort for f in findings)
-    out.print(f"{count} flags checked against jaxlib {jaxlib}: {len(findings)} findings, "
-              f"{aborting} of which would abort the job at start", highlight=False)
+    aborting = sum(f.would_abort for f in findings)  # wrong-channel flags included
+    out.print(f"{checked}: {_count(len(findings), 'finding')}, {aborting} of which would "
+              "abort the job at start", highlight=False)
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 flag`, `2 flags`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,4 +1,4 @@
-"""`autotune importance STUDY`: which flags mattered, and which were within the noise."""
+"""`autotune importance STUDY`: each flag's paired contribution, then the search's variance."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ def importance(
     storage: StorageOpt = DEFAULT_STORAGE,
     fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
-    """Rank a study's flags by how much they moved the step time, against the noise.
+    """Which flags matter: paired ablation of the recommendation, then the search's variance.
+
+    First each flag of the recommended configuration, removed one at a time
+    and timed against it in one process (the only figure that is a gain);
+    then, from the search history, each flag's share of variance (PED-ANOVA),
+    which is not a gain.
 
     A study with fewer than 2 complete search trials prints one line saying
     there is nothing to compare yet and exits 0 (nothing is wrong: the study
@@ -48,12 +53,15 @@ def importance(
                          "Use a study run with --objective time or time,memory")
     trials = compared_trials(load_trials(store.url, study_name))
     enough = len(trials) >= 2
-    noise = noise_level(store.runs(study_name)) if enough else None
+    runs = store.runs(study_name)
+    noise = noise_level(runs) if enough else None
     effects = flag_effects(trials, noise, objective_index=record.objectives.index("time")) \
         if enough else []
+    ablation = _ablation(record, runs)
     if fmt is OutputFormat.JSON:
-        print_json(importance_json(study_name, len(trials), noise, effects))
+        print_json(importance_json(study_name, len(trials), noise, effects, ablation))
         return
+    _print_ablation(ablation)
     if not enough:
         out.print(f"nothing to compare yet: study {literal(repr(study_name))} has {len(trials)} "
                   "complete search trial(s) and flag importance needs at least 2; run more trials "
@@ -63,20 +71,61 @@ def importance(
     _print_notes(len(trials), noise)
 
 
-def _print_table(study_name: str, effects: list[Any], noise: float | None) -> None:
-    from rich.table import Table
+def _ablation(record: Any, runs: list[Any]) -> dict[str, Any]:
+    """The recommendation's shrinking as `ablation_json` (read from the stored runs)."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.results.importance import ablation_json
+    from autotune.results.ranking import recommend
+    from autotune.results.shrink import shrink
 
-    table = Table(title=f"{literal(study_name)}: which flags mattered")
-    for col in ("rank", "param", "importance", "effect on step time", "trials", "verdict"):
-        table.add_column(col, overflow="fold")
+    rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+    if rec.run is None:
+        return ablation_json(None, f"nothing to ablate: {rec.reason}")
+    return ablation_json(shrink(runs, rec.run, load_catalog()), rec.reason)
+
+
+def _print_ablation(ablation: dict[str, Any]) -> None:
+    """Each flag's paired contribution, one full `name=value` a line under its verdict."""
+    if ablation["trial"] is None:
+        out.print(literal(f"paired ablation: {ablation['note']}"), highlight=False, width=80)
+        return
+    out.print(f"paired ablation of the recommended configuration (trial "
+              f"{ablation['trial']}): each flag removed, timed against the set it was "
+              "removed from, in one process (ratio: time without it / with it)",
+              highlight=False, width=80)
+    for flag in ablation["flags"]:
+        out.print(f"  {literal(flag['flag'])}={_shown(flag['value'])}", highlight=False,
+                  soft_wrap=True)
+        out.print(f"    {_contribution(flag)}", highlight=False, width=80)
+    if ablation["note"]:
+        out.print(literal(ablation["note"]), highlight=False, width=80)
+
+
+def _contribution(flag: dict[str, Any]) -> str:
+    """A flag's ablation in words; 'measurable' only beside an interval that excludes 1.0."""
+    verdict = "dropped" if flag["dropped"] else "kept"
+    if flag["interval"] is None:
+        return f"{flag['effect']} ({verdict})"
+    low, high = flag["interval"]
+    figure = f"×{flag['ratio']:.3f} [{low:.3f}, {high:.3f}] without it"
+    if flag["measurable"]:
+        return f"{figure}: measurable ({verdict})"
+    return f"{figure}: no measurable effect ({verdict})"
+
+
+def _print_table(study_name: str, effects: list[Any], noise: float | None) -> None:
+    """The search's share of variance, one param a line (names never cut), its figures
+    on the next line; ranked only where the spread is above the noise."""
+    out.print(f"{literal(study_name)}: share of variance in the search (not a gain):",
+              highlight=False, width=80)
     rank = 0
     for e in effects:
-        if e.measurable:
-            rank += 1
-        table.add_row(str(rank) if e.measurable else "", literal(e.param),
-                      "-" if e.importance is None else f"{e.importance:.2f}",
-                      _effect_text(e), str(e.trials), _verdict(e, noise))
-    out.print(table)
+        rank += e.above_noise
+        label = f"{rank}." if e.above_noise else "-"
+        out.print(f"  {label} {literal(e.param)}", highlight=False, soft_wrap=True)
+        share = "-" if e.importance is None else f"{e.importance:.2f}"
+        out.print(f"     variance share {share}; {_effect_text(e)}; {e.trials} trials; "
+                  f"{_verdict(e, noise)}", highlight=False, width=80)
 
 
 def _shown(value: Any) -> str:
@@ -95,23 +144,25 @@ def _effect_text(e: Any) -> str:
 def _verdict(e: Any, noise: float | None) -> str:
     if e.values_tried < 2:
         return "one value tried: nothing to compare"
-    if e.measurable:
-        return "measurable"
+    if e.above_noise:
+        return "above the noise (confounded: not a gain)"
     if noise is None:
-        return "no measurable effect"
-    return f"no measurable effect (within the ±{noise:.1%} noise)"
+        return "within the noise"
+    return f"within the ±{noise:.1%} noise"
 
 
 def _print_notes(n_trials: int, noise: float | None) -> None:
     if noise is None:
         out.print("noise: unknown, no run holds paired step times (baseline and candidate "
-                  "timed in one process): every nonzero effect is called measurable",
+                  "timed in one process): every nonzero spread is called above the noise",
                   highlight=False)
     else:
         out.print(f"noise: ±{noise:.1%} per trial ratio, the median half-width of the 95% "
                   "bootstrap interval of each run's paired ratio (candidate vs baseline steps "
-                  "in one process)", highlight=False)
+                  "in one process)", highlight=False, width=80)
     out.print(f"from {n_trials} complete search trials (search and recommended; failed and "
-              "pruned ones left out). Effect: worst value's median time ratio over the best "
-              "value's. Importance: Optuna's PED-ANOVA over the params set in every trial; "
-              "'-' = not evaluated (conditional param or too few trials)", highlight=False)
+              "pruned ones left out). Spread: worst value's median time ratio over the best "
+              "value's, over whatever the other flags were (confounded). Variance share: "
+              "Optuna's PED-ANOVA over the params set in every trial; '-' = not evaluated "
+              "(conditional param or too few trials). Neither is a gain: the paired ablation "
+              "above is.", highlight=False, width=80)

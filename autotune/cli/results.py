@@ -173,7 +173,7 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
                  f"({measured['verdict']})")
     out.print(f"wrote {literal(output)}: {what}", highlight=False)
     out.print(("recommended: " if document["recommended"] else "not recommended: ")
-              + literal(document["reason"]), highlight=False, soft_wrap=True)
+              + literal(document["reason"]), highlight=False, width=TABLE_WIDTH)
     out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
               highlight=False)
 

@@ -63,6 +63,9 @@ def study(
         min=1.0, help="Stop a trial once it is this many times slower than the best so far "
                       "(paired mode).")] = 1.3,
     prune: Annotated[bool, typer.Option(help="Stop clearly slower trials early.")] = True,
+    shrink: Annotated[bool, typer.Option(
+        help="After confirmation, drop the recommended configuration's flags that do not "
+             "matter (compile without each, then time without each; paired mode).")] = True,
     trial_memory_limit: Annotated[str | None, typer.Option(
         help="Address-space limit of each trial process, e.g. 16GiB (default: none).")] = None,
 ) -> None:
@@ -95,6 +98,8 @@ def study(
     _run_with_progress(runner, plan)
     if confirm and plan.objectives != (Objective.MEMORY,):
         _confirm_with_progress(runner, confirm, confirm_repeats)
+        if shrink:
+            _shrink_with_progress(runner, confirm_repeats)
     print_best(store, plan.name, limit=10)
 
 
@@ -183,6 +188,27 @@ def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
     runner.confirm(top, repeats, on_run=lambda ev: out.print(
         f"confirm {ev.done}/{ev.total}: trial #{ev.trial_number} {_confirm_text(ev)}",
         highlight=False))
+
+
+def _shrink_with_progress(runner: Any, repeats: int) -> None:
+    """Shrink the recommendation, one line per run (see `StudyRunner.shrink`)."""
+    state = runner.shrink(repeats, on_run=lambda ev: out.print(
+        f"shrink: trial #{ev.trial_number} {_shrink_text(ev)}", highlight=False))
+    if state is None:
+        return
+    dropped = [r.flag for r in state.removals if r.dropped]
+    out.print(f"shrunk trial #{state.trial_number} to {len(state.minimal)} of "
+              f"{len(state.minimal) + len(dropped)} flags"
+              + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
+              + (f" ({literal(state.note)})" if state.note else ""), highlight=False)
+
+
+def _shrink_text(ev: Any) -> str:
+    """One run of shrinking in words: what was compiled or timed, and what came of it."""
+    what = f"{len(ev.step.flags)} flags" + (
+        " compiled" if not ev.step.timed else
+        " against the defaults" if ev.step.reference is None else " against the full set")
+    return f"{what}: {_confirm_text(ev) if ev.step.timed else ev.outcome.kind.value}"
 
 
 def _confirm_text(ev: Any) -> str:

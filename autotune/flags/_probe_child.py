@@ -3,7 +3,7 @@
 The parent runs this file's source with `python -c` in a fresh interpreter whose
 `XLA_FLAGS` hold the flags under test, in a scratch working directory. Starting
 the backend makes XLA parse the flags (and abort on a bad one). The child then
-writes `probe.json`: versions, backend, device kind, whether libtpu is
+writes `probe.json`: versions, backend, device kind and count, whether libtpu is
 installed and, when `options.json` (name -> typed value) is present, which
 names `compile(compiler_options=...)` knows.
 """
@@ -50,6 +50,7 @@ def main() -> None:
         "jaxlib_version": importlib.metadata.version("jaxlib"),
         "backend": jax.default_backend(),
         "device_kind": jax.devices()[0].device_kind,
+        "device_count": jax.device_count(),
         "libtpu": importlib.util.find_spec("libtpu") is not None,
     }
     if os.path.exists("options.json"):

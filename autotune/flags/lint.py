@@ -91,8 +91,13 @@ def lint(uses: list[FlagUse], catalog: Catalog, report: ProbeReport | None) -> l
         seen[use.name] = use
         findings.extend(_check_one(use, catalog, report))
     findings.extend(_partial_groups(seen, catalog))
-    findings.extend(_overridden(seen, catalog))
+    findings.extend(_overridden(seen, catalog, _dropped(findings)))
     return findings
+
+
+def _dropped(findings: Iterable[Finding]) -> set[str]:
+    """Flags a finding tells the user to drop or replace: unknown or obsolete ones."""
+    return {f.flag for f in findings if f.kind in (FindingKind.UNKNOWN, FindingKind.OBSOLETE)}
 
 
 def _duplicate(use: FlagUse, first: FlagUse) -> Finding:
@@ -147,7 +152,13 @@ def _obsolete(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> Findi
     )
 
 
+#: How a message names a flag of each token channel, with its article.
+_CHANNEL_FLAG = {Channel.XLA_FLAGS: "an XLA_FLAGS flag", Channel.LIBTPU: "a LIBTPU_INIT_ARGS flag"}
+
+
 def _channel(use: FlagUse, spec: FlagSpec) -> list[Finding]:
+    """A flag in the wrong variable: the parser of that variable does not know the name
+    and aborts at start, so every such finding would abort the job."""
     if spec.channel is use.channel:
         return []
     if spec.channel is Channel.ENV:
@@ -157,9 +168,8 @@ def _channel(use: FlagUse, spec: FlagSpec) -> list[Finding]:
     else:
         return []  # libtpu also parses XLA's own flags
     return [Finding(FindingKind.WRONG_CHANNEL, use.name,
-                    f"--{use.name} is {where}, not an {use.channel.value.upper()} flag", fix,
-                    would_abort=use.channel is Channel.XLA_FLAGS
-                    and spec.channel is Channel.LIBTPU)]
+                    f"--{use.name} is {where}, not {_CHANNEL_FLAG[use.channel]}: "
+                    "a job with it aborts at start", fix, would_abort=True)]
 
 
 def _value(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> list[Finding]:
@@ -183,7 +193,12 @@ def _value(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> list[Fin
 def _value_fix(spec: FlagSpec) -> str:
     if spec.values:
         return f"use one of: {', '.join(spec.values)}"
-    return f"give a {spec.type.value} value"
+    return f"give {_article(spec.type.value)} {spec.type.value} value"
+
+
+def _article(word: str) -> str:
+    """`an` before a vowel (`an int`, `an enum`), else `a` (`a bool`, `a float`)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _partial_groups(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Finding]:
@@ -200,10 +215,13 @@ def _partial_groups(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Find
             )
 
 
-def _overridden(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Finding]:
+def _overridden(seen: dict[str, FlagUse], catalog: Catalog,
+                dropped: set[str]) -> Iterable[Finding]:
+    """A flag overridden by another one given; not by a flag that is itself unknown or
+    obsolete (`dropped`): the user is told to remove that one, and then nothing overrides."""
     for use in seen.values():
         spec = catalog.get(use.name) if use.name in catalog else None
-        if spec is None or not spec.overrides:
+        if spec is None or not spec.overrides or use.name in dropped:
             continue
         if spec.overrides_when is not None and typed_value(spec, use.value) != spec.overrides_when:
             continue

@@ -29,7 +29,7 @@ from autotune.records import FlagValue
 
 __all__ = ["FlagStatus", "ProbeError", "ProbeReport", "check_values", "probe"]
 
-PROBE_FORMAT = 1  # bump when the probe's method or the report's fields change
+PROBE_FORMAT = 2  # bump when the probe's method or the report's fields change
 
 
 class FlagStatus(StrEnum):
@@ -51,7 +51,8 @@ class ProbeReport:
 
     Attributes:
         jax_version, jaxlib_version: versions in the child interpreter.
-        backend: `jax.default_backend()` in a plain child; device_kind: its first device's.
+        backend: `jax.default_backend()` in a plain child; device_kind: its first device's;
+            device_count: `jax.device_count()` there (None in reports of older probes).
         libtpu: whether libtpu is importable there.
         accepted: names `XLA_FLAGS` knows; unknown: names it rejects (a job with one aborts).
         rejected_values: flag -> rendered value -> XLA's message.
@@ -79,6 +80,7 @@ class ProbeReport:
     usage_defaults: dict[str, str]
     libtpu_flags: frozenset[str] = frozenset()
     env_variables: frozenset[str] = frozenset()
+    device_count: int | None = None
     runs: int = 0
     duration_s: float = 0.0
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -245,7 +247,8 @@ def _probe_cold(plan: _Plan, python: str, timeout_s: float) -> ProbeReport:
         checked_values={f: tuple(r) for f, r in results.items() if r},
         per_compile=info.get("per_compile", {}), usage_defaults=prober.usage,
         libtpu_flags=plan.channels[Channel.LIBTPU], env_variables=plan.channels[Channel.ENV],
-        runs=prober.runs, duration_s=round(time.monotonic() - start, 3),
+        device_count=info.get("device_count"), runs=prober.runs,
+        duration_s=round(time.monotonic() - start, 3),
     )
 
 

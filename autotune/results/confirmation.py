@@ -77,8 +77,10 @@ def confirm_runs(runs: list[RunRecord], trial_number: int | None) -> list[RunRec
 
 
 def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | None:
-    """The confirmation of `source`'s configuration, or None when none was made."""
-    assert source.trial_number is not None
+    """The confirmation of `source`'s configuration, or None when none was made (or the
+    run belongs to no trial)."""
+    if source.trial_number is None:  # a run outside any trial: nothing confirms it
+        return None
     if not needs_confirmation(source):
         return Confirmation(source.trial_number, source.flags, None, 0, 0, same_program=True)
     mine = confirm_runs(runs, source.trial_number)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -31,6 +32,8 @@ from autotune.results.ranking import (
     pick_reason,
     recommend,
 )
+from autotune.results.shrink import Shrink, shrink
+from autotune.stats import RatioEstimate
 
 #: Version 2: the document recommends only what confirmation proved (else XLA's
 #: defaults), says so in `recommended` and `reason`, and carries `jax` and `candidates`.
@@ -116,7 +119,7 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         position += 1
     elif rec.run is not None:
         run, conf, recommended, reason = rec.run, rec.confirmation, True, rec.reason
-        body = _configuration(run, conf, baseline, catalog)
+        body = _minimal(run, conf, baseline, catalog, shrink(runs, run, catalog))
         position = 1
     else:
         if baseline is None:
@@ -177,6 +180,39 @@ def _configuration(run: RunRecord, conf: Confirmation | None, baseline: RunRecor
     }
 
 
+def _minimal(run: RunRecord, conf: Confirmation | None, baseline: RunRecord | None,
+             catalog: Any, state: Shrink) -> dict[str, Any]:
+    """The recommended configuration shrunk to the flags that matter (`results.shrink`):
+    `flags` is the minimal set, `full_flags` what was confirmed, `dropped` and `kept`
+    each flag with why. When the minimal set is another program than the confirmed one,
+    the figures are its own check against XLA's defaults."""
+    body = _configuration(replace(run, flags=state.minimal if state.done else run.flags),
+                          conf, baseline, catalog)
+    if state.done and state.check is not None:
+        body["measured"].update(_estimate_claim(state.check, body["measured"]))
+    return {
+        **body,
+        "full_flags": dict(run.flags),
+        "dropped": [{"flag": r.flag, "value": r.value, "why": r.reason()}
+                    for r in state.removals if r.dropped],
+        "kept": [{"flag": r.flag, "value": r.value, "why": r.reason()}
+                 for r in state.removals if not r.dropped],
+        "shrink_note": state.note if state.done else (
+            "not shrunk yet: run the study again (without --no-shrink) to find the flags "
+            "that matter"),
+    }
+
+
+def _estimate_claim(estimate: RatioEstimate, measured: dict[str, Any]) -> dict[str, Any]:
+    low, high = estimate.speedup_interval
+    return {"speedup": estimate.speedup, "speedup_interval": [low, high],
+            "confidence": estimate.confidence, "confirmed": True,
+            "confirmation_runs": estimate.n_processes,
+            "verdict": "faster", "median_step_time_s": None,
+            "fingerprint": None, "same_program_as_baseline": False,
+            "search_speedup": measured["search_speedup"]}
+
+
 def _defaults(baseline: RunRecord) -> dict[str, Any]:
     """The keys of a document that recommends XLA's defaults: nothing to set."""
     m = baseline.outcome.measurement
@@ -227,7 +263,8 @@ def render_export(document: dict[str, Any], fmt: ExportFormat = ExportFormat.YAM
         return render_env(document)
     if fmt is ExportFormat.JAX:
         return json.dumps(_jax_view(document), indent=1) + "\n"
-    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False,
+                          allow_unicode=True)
 
 
 def render_env(document: dict[str, Any]) -> str:

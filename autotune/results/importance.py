@@ -1,20 +1,24 @@
-"""Which flags mattered in a study: Optuna's importance next to a measured effect size.
+"""Which flags mattered in a study: paired ablation first, the search's variance second.
 
-Two figures per param (flag or `group:<name>` switch), from the study's complete
-search and recommended trials:
+**Contribution** (`ablation`): each flag of the recommended configuration, from
+its shrinking (`results.shrink`): removed one at a time and timed against the
+configuration in the same process. Only an interval that excludes 1.0 is
+"measurable"; a flag whose removal left the compiled program unchanged has
+"no effect on the compiled program". This is the only figure that is a gain.
 
-- *importance*: Optuna's `get_param_importances` (PED-ANOVA, its default
+**Share of variance** (`flag_effects`), two figures per param (flag or
+`group:<name>` switch) from the study's complete search and recommended
+trials, neither of them a gain:
+
+- *variance share*: Optuna's `get_param_importances` (PED-ANOVA, its default
   evaluator): how much the param's value tells the best trials apart from the
   rest. Normalised to sum to 1 over the params evaluated.
-- *effect*: how far the time ratio moves with the param's value: the worst
-  value's median ratio over the best value's, minus 1 (0.95 = 95% slower at
-  the worst value). It is marginal, one param at a time over whatever the
-  other params were in those trials, so a sampler that tried two flags
-  together can lend one flag the other's effect.
-
-An effect not above the measurement noise (`noise_level`, one trial's, times
-max(1, sqrt(1/n_best + 1/n_worst)) for the trials behind the two values compared)
-is "no measurable effect" and is not ranked, however large its importance.
+- *spread*: how far the time ratio moves with the param's value: the worst
+  value's median ratio over the best value's, minus 1. It is marginal, one
+  param at a time over whatever the other params were in those trials, so a
+  sampler that tried two flags together lends one flag the other's effect.
+  A spread above the measurement noise (`noise_level`, one trial's, times
+  max(1, sqrt(1/n_best + 1/n_worst))) is `above_noise`, and only then ranked.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from autotune._optuna import rdb_storage
 from autotune.errors import StudyNotFoundError
 from autotune.records import Measurement, Role, RunRecord
+from autotune.results.shrink import Shrink
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -59,7 +64,7 @@ class FlagEffect:
         best_ratio, worst_ratio: those median ratios.
         values_tried: how many distinct values (or ranges) the trials set.
         trials: how many compared trials set the param.
-        measurable: two or more values tried and `effect` above the noise of the
+        above_noise: two or more values tried and `effect` above the noise of the
             comparison (one trial's noise x max(1, sqrt(1/n_best + 1/n_worst))).
     """
 
@@ -72,7 +77,7 @@ class FlagEffect:
     worst_ratio: float
     values_tried: int
     trials: int
-    measurable: bool
+    above_noise: bool
 
 
 def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
@@ -171,7 +176,7 @@ def flag_effects(trials: Sequence[FrozenTrial], noise: float | None,
 
 
 def _rank_key(e: FlagEffect) -> tuple[int, float, float, str]:
-    if not e.measurable:
+    if not e.above_noise:
         return (1, 0.0, -e.effect, e.param)
     return (0, -(e.importance if e.importance is not None else -1.0), -e.effect, e.param)
 
@@ -223,7 +228,7 @@ def _effect(param: str, pairs: list[tuple[Any, float]], importance: float | None
         param=param, importance=importance, effect=effect,
         best_value=best, best_ratio=medians[best], worst_value=worst,
         worst_ratio=medians[worst], values_tried=len(medians), trials=len(pairs),
-        measurable=len(medians) > 1 and effect > margin,
+        above_noise=len(medians) > 1 and effect > margin,
     )
 
 
@@ -244,18 +249,44 @@ def _levels(pairs: list[tuple[Any, float]]) -> dict[Any, list[float]]:
     return grouped
 
 
+def ablation_json(state: Shrink | None, reason: str) -> dict[str, Any]:
+    """The paired contributions of the recommended configuration's flags (stable keys).
+
+    `trial` is None when nothing is recommended (`note` says why); each flag has
+    `effect` (see `results.shrink.Effect`), `dropped`, `ratio` and `interval`
+    (time without the flag / with it; None where nothing was timed) and
+    `measurable` (the interval excludes 1.0).
+    """
+    if state is None:
+        return {"trial": None, "done": True, "note": reason, "flags": []}
+    flags = []
+    for r in state.removals:
+        e = r.estimate
+        flags.append({"flag": r.flag, "value": r.value, "effect": str(r.effect),
+                      "dropped": r.dropped, "ratio": e.ratio if e else None,
+                      "interval": [e.low, e.high] if e else None,
+                      "measurable": e is not None and not e.includes_one})
+    return {"trial": state.trial_number, "done": state.done,
+            "note": state.note if state.done else "not shrunk yet: run the study again",
+            "flags": flags}
+
+
 def importance_json(study_name: str, trials: int, noise: float | None,
-                    effects: Sequence[FlagEffect]) -> dict[str, Any]:
-    """`importance --format json`: the study, how many trials were compared, the noise, and
-    one object per param (stable keys; `rank` is null for effects within the noise)."""
+                    effects: Sequence[FlagEffect],
+                    ablation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`importance --format json`: the study, how many trials were compared, the noise,
+    the paired `ablation` (see `ablation_json`) and one object per param of the search's
+    share of variance (stable keys; `rank` is null for spreads within the noise)."""
     rank, flags = 0, []
     for e in effects:
-        rank += e.measurable
+        rank += e.above_noise
         flags.append({
-            "param": e.param, "rank": rank if e.measurable else None,
-            "importance": e.importance, "effect": e.effect,
+            "param": e.param, "rank": rank if e.above_noise else None,
+            "variance_share": e.importance, "spread": e.effect,
             "best_value": e.best_value, "best_ratio": e.best_ratio,
             "worst_value": e.worst_value, "worst_ratio": e.worst_ratio,
-            "values_tried": e.values_tried, "trials": e.trials, "measurable": e.measurable,
+            "values_tried": e.values_tried, "trials": e.trials, "above_noise": e.above_noise,
         })
-    return {"study": study_name, "trials": trials, "noise": noise, "flags": flags}
+    return {"study": study_name, "trials": trials, "noise": noise,
+            "ablation": ablation if ablation is not None else ablation_json(None, ""),
+            "flags": flags}

@@ -14,6 +14,10 @@ from autotune.flags.compose import config_key, effective_config
 from autotune.records import FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation, confirmation
 
+#: Runs whose ratio is against XLA's defaults for a configuration the search chose (the
+#: shrinking's runs are against the winner, or of a configuration it made).
+RANKED_ROLES = frozenset({Role.SEARCH, Role.RECOMMENDED, Role.CONFIRM})
+
 
 def peak_memory(run: RunRecord) -> int | None:
     """The run's peak memory in bytes, if measured."""
@@ -83,13 +87,14 @@ def changed_flags(flags: Mapping[str, FlagValue], catalog: Any) -> dict[str, Fla
 
 
 def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
-    """Successful non-baseline runs, fastest first; one (the best) per distinct configuration.
+    """Successful search, recommended and confirm runs, fastest first; one (the best) per
+    distinct configuration.
 
     With a memory budget, configurations whose peak memory exceeds it are left out:
     they are infeasible, never a winner. A run that compiled to a program another
     trial measured (`same_program_as`) is that trial's row, not one of its own.
     """
-    candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role is not Role.BASELINE
+    candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role in RANKED_ROLES
                   and within_budget(r, memory_budget) and not _measured_elsewhere(r)]
     best: dict[str, RunRecord] = {}
     for run in sorted(candidates, key=lambda r: (r.ratio, r.id)):
@@ -168,7 +173,7 @@ def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
     if order and order[0][1] is not None and order[0][1].recommendable:
         run, conf = order[0]
         return Recommendation(run, conf, _faster_text(conf))
-    return Recommendation(None, None, _no_gain_reason(order))
+    return Recommendation(None, None, _no_gain_reason(order, runs))
 
 
 def _faster_text(conf: Confirmation | None) -> str:
@@ -179,9 +184,16 @@ def _faster_text(conf: Confirmation | None) -> str:
             "guard passed")
 
 
-def _no_gain_reason(order: list[tuple[RunRecord, Confirmation | None]]) -> str:
+def _no_gain_reason(order: list[tuple[RunRecord, Confirmation | None]],
+                    runs: list[RunRecord]) -> str:
     confirmed = [(run, c) for run, c in order if c is not None]
     if not order:
+        compiled = [r for r in runs if r.role in RANKED_ROLES and r.outcome.ok]
+        base = next((r.trial_number for r in runs if r.role is Role.BASELINE), None)
+        if compiled and all(r.outcome.measurement is not None
+                            and r.outcome.measurement.same_program_as == base for r in compiled):
+            return ("every configuration tried compiled to XLA's default program: the flags "
+                    "change nothing the compiler does for this workload; keep XLA's defaults")
         return "no configuration ran successfully: keep XLA's defaults"
     if not confirmed:
         return ("no configuration was confirmed (the search's figures are one process each, "
