@@ -15,6 +15,8 @@ import yaml
 from cli_runner import invoke
 
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.results.ranking import recommend
+from autotune.results.shrink import SHRINK_ROLES
 from autotune.storage import Store
 
 STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
@@ -447,9 +449,18 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
                     cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "confirming the best 1 configurations" in result.output
-    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
+    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
+    runs = [r for r in stored if r.role not in SHRINK_ROLES]
     assert [r.role for r in runs] == [Role.BASELINE, Role.SEARCH, Role.SEARCH,
                                       Role.CONFIRM, Role.CONFIRM]
+    # a configuration confirmed faster (noise decides, on this machine) is shrunk
+    shrunk = [r for r in stored if r.role in SHRINK_ROLES]
+    assert bool(shrunk) == recommend(stored).recommended
+    if shrunk:
+        exported = yaml.safe_load(invoke("export", "cpu-my_step-tiny", "-o", "-",
+                                         cwd=tmp_path).stdout)
+        assert exported["recommended"] and exported["flags"].items() <= min(
+            runs[1:3], key=lambda r: r.ratio).flags.items()
     search = runs[1:3]
     # seed 3 samples two configurations that both change the compiled program, so the
     # faster of the two must be re-measured: --confirm-repeats 2 fresh processes

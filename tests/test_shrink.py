@@ -259,3 +259,10 @@ def test_importance_reports_each_flags_paired_contribution(tmp_path):
     assert measurable == {FAST, XNN}
     assert sorted(ablation["flags"][0]) == ["dropped", "effect", "flag", "interval",
                                             "measurable", "ratio", "value"]
+
+
+def test_one_changed_flag_is_already_minimal_and_needs_no_run():
+    source = run(1, Role.SEARCH, {FAST: True, LEVEL: 3}, timed(0.8))
+    state = shrink([source], source, load_catalog(), repeats=3)
+    assert state.done and state.minimal == {FAST: True}
+    assert [(r.flag, r.effect) for r in state.removals] == [(LEVEL, Effect.DEFAULT)]

@@ -138,7 +138,7 @@ def shrink(runs: Sequence[RunRecord], source: RunRecord, catalog: object,
     if compiler_options(full, catalog) is None:  # type: ignore[arg-type]
         return _with(base, note="not shrunk: a flag that only the environment carries cannot "
                                 "be compared with the rest in one process")
-    if len(full) < 2 and not defaults:
+    if len(full) < 2:  # one flag: without it is XLA's defaults, which confirmation measured
         return _with(base, note=None if full else "nothing to shrink")
     mine = sorted((r for r in runs if r.trial_number == source.trial_number
                    and r.role in SHRINK_ROLES), key=lambda r: r.id)
