@@ -7,6 +7,12 @@ Apply an exported configuration from Python with `load_config`:
 
     import autotune
     autotune.load_config("best.yaml").apply()   # before JAX starts its backend
+
+Create, run and read studies with `Study` (see `autotune.api`):
+
+    study = autotune.Study.create(space="cpu", benchmark="matmul", preset="tiny")
+    study.run()
+    study.export("best.yaml")
 """
 
 from __future__ import annotations
@@ -15,10 +21,20 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from autotune.api import Study
     from autotune.config import Config
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_config"]
+__all__ = ["Study", "__version__", "load_config"]
+
+
+def __getattr__(name: str) -> type[Study]:
+    """`autotune.Study`, imported on first use so that `import autotune` stays light."""
+    if name == "Study":
+        from autotune.api import Study
+
+        return Study
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

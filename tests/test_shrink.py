@@ -8,61 +8,28 @@ every interval is a point and every verdict is known from the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from test_shrink_rules import FAST, FUSION, LEVEL, REGION, WIDTH, WINNER, XNN, features, step_time
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.flags.catalog import load_catalog
 from autotune.launcher import Launcher, TrialRequest
-from autotune.protocol import Job, ProtocolError
 from autotune.records import (
-    FlagValue,
     Measurement,
     MeasureMode,
     OutcomeKind,
     Role,
-    RunRecord,
     TrialOutcome,
 )
-from autotune.results.shrink import Effect, shrink
+from autotune.results.shrink import Effect
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study import StudyPlan, StudyRunner
 from autotune.workloads import resolve_benchmark
-
-FAST = "xla_cpu_enable_fast_math"  # fast math: 0.8 of the time
-WIDTH = "xla_cpu_prefer_vector_width"  # 512: another program, no faster
-XNN = "xla_cpu_use_xnnpack"  # False, or FUSION False: the "x" feature, 0.9 of the time
-FUSION = "xla_cpu_use_fusion_emitters"
-REGION = "xla_cpu_copy_insertion_use_region_analysis"  # True: nothing changes
-LEVEL = "xla_backend_optimization_level"  # 3 is XLA's default
-WINNER: dict[str, FlagValue] = {FAST: True, WIDTH: 512, XNN: False, FUSION: False,
-                                REGION: True, LEVEL: 3}
-STEP_S = 1e-3
-
-
-def features(flags: Mapping[str, FlagValue]) -> tuple[str, ...]:
-    """The modelled program: which features the flags turn on."""
-    found = []
-    if flags.get(FAST):
-        found.append("fast")
-    if flags.get(WIDTH, 256) == 512:
-        found.append("vec")
-    if flags.get(XNN) is False or flags.get(FUSION) is False:
-        found.append("x")
-    return tuple(found)
-
-
-def step_time(flags: Mapping[str, FlagValue]) -> float:
-    time = STEP_S
-    time *= 0.8 if "fast" in features(flags) else 1.0
-    time *= 0.9 if "x" in features(flags) else 1.0
-    return time
 
 
 class FakeCompilerLauncher(Launcher):
@@ -160,82 +127,6 @@ def test_the_export_holds_the_minimal_set_and_what_was_dropped_and_why(tmp_path)
     assert doc["measured"]["confirmed"] is True
 
 
-# --- the rules, from hand-made runs -----------------------------------------------------------
-
-
-def run(number: int, role: Role, flags: dict, m: Measurement | None,
-        kind: OutcomeKind = OutcomeKind.OK) -> RunRecord:
-    from datetime import UTC, datetime
-
-    return RunRecord(number, "s", 1, role, flags, {}, TrialOutcome(kind, "", m),
-                     datetime(2026, 1, 1, tzinfo=UTC))
-
-
-def compiled(fingerprint: str) -> Measurement:
-    return Measurement((), 0.5, mode=MeasureMode.PAIRED, fingerprint=fingerprint)
-
-
-def timed(ratio: float) -> Measurement:
-    return Measurement((ratio,) * 4, 0.5, mode=MeasureMode.PAIRED,
-                       baseline_step_times_s=(1.0,) * 4, fingerprint="f")
-
-
-def test_a_smaller_set_not_confirmed_on_its_own_gives_way_to_the_confirmed_program():
-    source = run(1, Role.SEARCH, {FAST: True, WIDTH: 512}, timed(0.8))
-    runs = [source, run(2, Role.FINGERPRINT, {FAST: True, WIDTH: 512}, compiled("a")),
-            run(3, Role.FINGERPRINT, {WIDTH: 512}, compiled("b")),
-            run(4, Role.FINGERPRINT, {FAST: True}, compiled("c")),
-            run(5, Role.ABLATION, {WIDTH: 512}, timed(1.0)),  # FAST: not slower without it
-            run(6, Role.MINIMAL, {WIDTH: 512}, timed(1.0))]  # and alone: no gain
-    state = shrink(runs, source, load_catalog(), repeats=1)
-    assert state.done and state.minimal == {FAST: True, WIDTH: 512}
-    assert [(r.flag, r.dropped) for r in state.removals] == [(FAST, False)]
-    assert state.note is not None and "not confirmed faster" in state.note
-    assert state.check is None  # the figures stay the confirmed configuration's
-
-
-def test_a_removal_that_fails_keeps_the_flag():
-    source = run(1, Role.SEARCH, {FAST: True, WIDTH: 512}, timed(0.8))
-    runs = [source, run(2, Role.FINGERPRINT, {FAST: True, WIDTH: 512}, compiled("a")),
-            run(3, Role.FINGERPRINT, {WIDTH: 512}, compiled("b")),
-            run(4, Role.FINGERPRINT, {FAST: True}, compiled("c")),
-            run(5, Role.ABLATION, {WIDTH: 512}, None, OutcomeKind.CRASHED),
-            run(6, Role.ABLATION, {FAST: True}, timed(1.3))]
-    state = shrink(runs, source, load_catalog())
-    assert state.done and state.minimal == {FAST: True, WIDTH: 512}
-    assert [(r.flag, r.effect) for r in state.removals] == [(FAST, Effect.FAILED),
-                                                            (WIDTH, Effect.SLOWER)]
-
-
-def test_what_is_missing_is_the_next_step():
-    source = run(1, Role.SEARCH, {FAST: True, WIDTH: 512}, timed(0.8))
-    first = shrink([source], source, load_catalog(), repeats=3)
-    assert first.next is not None and not first.next.timed
-    assert first.next.flags == {FAST: True, WIDTH: 512}
-    runs = [source, run(2, Role.FINGERPRINT, {FAST: True, WIDTH: 512}, compiled("a")),
-            run(3, Role.FINGERPRINT, {WIDTH: 512}, compiled("b")),
-            run(4, Role.FINGERPRINT, {FAST: True}, compiled("c")),
-            run(5, Role.ABLATION, {WIDTH: 512}, timed(1.3))]
-    step = shrink(runs, source, load_catalog(), repeats=3).next
-    assert step is not None and step.role is Role.ABLATION and step.runs == 2
-    assert step.reference == {FAST: True, WIDTH: 512}
-
-
-def test_a_flag_only_the_environment_carries_is_not_shrunk():
-    source = run(1, Role.SEARCH, {FAST: True, "TF_CPP_MIN_LOG_LEVEL": 2}, timed(0.8))
-    state = shrink([source], source, load_catalog(), repeats=3)
-    assert state.done and state.minimal == {FAST: True, "TF_CPP_MIN_LOG_LEVEL": 2}
-    assert state.note is not None and "environment" in state.note
-
-
-def test_a_job_takes_a_reference_only_when_paired():
-    assert Job.from_json(Job(compiler_options={FAST: True},
-                             reference_options={WIDTH: 512}).to_json()).reference_options == {
-        WIDTH: 512}
-    with pytest.raises(ProtocolError, match="reference_options"):
-        Job(compiler_options=None, reference_options={WIDTH: 512})
-
-
 def test_importance_reports_each_flags_paired_contribution(tmp_path):
     import json
 
@@ -259,10 +150,3 @@ def test_importance_reports_each_flags_paired_contribution(tmp_path):
     assert measurable == {FAST, XNN}
     assert sorted(ablation["flags"][0]) == ["dropped", "effect", "flag", "interval",
                                             "measurable", "ratio", "value"]
-
-
-def test_one_changed_flag_is_already_minimal_and_needs_no_run():
-    source = run(1, Role.SEARCH, {FAST: True, LEVEL: 3}, timed(0.8))
-    state = shrink([source], source, load_catalog(), repeats=3)
-    assert state.done and state.minimal == {FAST: True}
-    assert [(r.flag, r.effect) for r in state.removals] == [(LEVEL, Effect.DEFAULT)]

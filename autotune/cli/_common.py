@@ -9,18 +9,23 @@ import contextlib
 import functools
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from autotune.errors import AutotuneError, StudyNotFoundError, UsageError
+from autotune.api import (  # noqa: F401  (re-exported for the commands)
+    DEFAULT_STORAGE,
+    one_of,
+    open_store,
+    require_database,
+    sqlite_file,
+)
+from autotune.errors import AutotuneError
 
-DEFAULT_STORAGE = "sqlite:///autotune.db"
 # Piped output (CI logs, files) gets a wide table instead of rich's 80 columns. No emoji
 # codes: ":smile:" in a study name or flag value is text, not a picture.
 out = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
@@ -47,47 +52,6 @@ def literal(value: object) -> str:
     text = str(value)
     visible = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
     return escape(visible)
-
-
-def one_of(value: str, choices: Iterable[str], noun: str) -> str:
-    """`value` if it is one of `choices`.
-
-    Raises:
-        UsageError: naming `value` and every choice, in the order given
-            ("unknown backend 'x'. Known backends: gpu, tpu, cpu, any").
-    """
-    known = list(choices)
-    if value not in known:
-        raise UsageError(f"unknown {noun} '{value}'. Known {noun}s: {', '.join(known)}")
-    return value
-
-
-def sqlite_file(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    return Path(url[len(prefix):]) if url.startswith(prefix) and url != prefix else None
-
-
-def require_database(url: str) -> None:
-    """A read command's SQLite file must exist (opening it would create an empty one)."""
-    file = sqlite_file(url)
-    if file is not None and not file.exists():
-        raise StudyNotFoundError(
-            f"no database at {file}: run `autotune study ...` first, or pass --storage URL"
-        )
-
-
-def open_store(url: str, must_exist: bool, write: bool = False) -> Any:
-    """Open the store. Reading never writes: only `write=True` creates or migrates tables.
-
-    For read commands (`must_exist`) a missing SQLite file is an error, and a
-    database that is not autotune's or not at the code's schema revision is
-    refused with what to do (`Store.open(upgrade=False)`).
-    """
-    from autotune.storage.store import Store
-
-    if must_exist:
-        require_database(url)
-    return Store.open(url, upgrade=write)
 
 
 class OutputFormat(StrEnum):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +12,6 @@ from autotune.cli._common import (
     StorageOpt,
     fmt_bytes,
     literal,
-    one_of,
     open_store,
     out,
 )
@@ -70,29 +68,22 @@ def study(
         help="Address-space limit of each trial process, e.g. 16GiB (default: none).")] = None,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
-    from autotune import spaces
+    from autotune.api import plan_study
     from autotune.launcher import SubprocessLauncher
-    from autotune.records import MeasureMode
-    from autotune.search import Objective, choose_sampler, parse_objectives
-    from autotune.study import StudyPlan, StudyRunner
+    from autotune.search import Objective
+    from autotune.study import StudyRunner
 
-    loaded = spaces.load_space(space)
-    work, argv = _workload(benchmark, script, command)
-    objectives = parse_objectives(objective)
-    budget = _size(memory_budget, "--memory-budget")
-    choose_sampler(sampler, objectives, loaded, trials)  # a bad choice stops before any probe
-    checked = _preflight(loaded, drop_unknown, allow_backend_mismatch)
-    plan = StudyPlan(
-        name=name or f"{loaded.name}-{work.name}-{preset}", space_name=loaded.name,
-        space=checked.space,
-        workload=work, preset=_preset(preset), devices=devices, trials=trials, sampler=sampler,
-        seed=seed, timeout_per_trial=timeout_per_trial, steps=steps, warmup=warmup,
-        max_warmup=max_warmup,
-        mode=_mode(mode, MeasureMode), base_env=dict(os.environ), command=argv,
-        memory_limit_bytes=_size(trial_memory_limit, "--trial-memory-limit"),
-        prune_margin=prune_margin if prune else None, objectives=objectives,
-        memory_budget_bytes=budget,
-    )
+    with out.status("checking the space's flags against the installed XLA..."):
+        planned = plan_study(
+            space=space, benchmark=benchmark, script=script, command=command, name=name,
+            trials=trials, sampler=sampler, seed=seed, objective=objective,
+            memory_budget=memory_budget, timeout_per_trial=timeout_per_trial, preset=preset,
+            devices=devices, steps=steps, warmup=warmup, max_warmup=max_warmup, mode=mode,
+            drop_unknown=drop_unknown, allow_backend_mismatch=allow_backend_mismatch,
+            prune_margin=prune_margin if prune else None,
+            trial_memory_limit=trial_memory_limit)
+    _print_preflight(planned)
+    plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
     runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
     _run_with_progress(runner, plan)
@@ -101,85 +92,6 @@ def study(
         if shrink:
             _shrink_with_progress(runner, confirm_repeats)
     print_best(store, plan.name, limit=10)
-
-
-def _workload(benchmark: str, script: Path | None, command: str | None) -> tuple[Any, Any]:
-    """The workload to tune: a built-in benchmark, the user's file, or the user's program.
-
-    Raises:
-        UsageError: both --script and --command; a --command that does not
-            parse, is empty, or whose program cannot be run (see `_check_program`).
-    """
-    from autotune import workloads
-    from autotune.errors import UsageError
-
-    if script is not None and command is not None:
-        raise UsageError("give --script or --command, not both")
-    if script is not None:
-        return workloads.resolve_script(str(script)), None
-    if command is not None:
-        argv = _command_argv(command)
-        return workloads.command_info(argv), argv
-    return workloads.resolve_benchmark(benchmark), None
-
-
-def _command_argv(command: str) -> tuple[str, ...]:
-    """--command split like a shell would (never run by one), its program checked runnable."""
-    import shlex
-
-    from autotune.errors import UsageError
-
-    try:
-        argv = tuple(shlex.split(command))
-    except ValueError as exc:
-        raise UsageError(f"--command does not parse: {exc}") from None
-    if not argv:
-        raise UsageError("--command is empty; give the program to run")
-    _check_program(argv[0])
-    return argv
-
-
-def _check_program(program: str) -> None:
-    """Return if the launcher can execute `program`, else raise UsageError saying what to do.
-
-    It is resolved as the launcher's exec will: a bare name on PATH, a name with
-    a slash as a path relative to the current folder (each trial runs there).
-    Only whether it can start is checked, not what it does; nothing is written.
-    """
-    import shlex
-    import shutil
-
-    from autotune.errors import UsageError
-
-    if shutil.which(program) is not None:
-        return
-    head = f"program '{program}' of --command"
-    path = Path(program)
-    if os.sep not in program and (os.altsep is None or os.altsep not in program):
-        here = f"; to run the file in this folder, write ./{program}" if path.is_file() else ""
-        raise UsageError(f"{head} is not found on PATH: install it, or give its path{here}")
-    if not path.exists():
-        raise UsageError(f"{head} does not exist: check the path, which is relative to the "
-                         f"current folder {Path.cwd()}")
-    if path.is_dir():
-        raise UsageError(f"{head} is a directory, not a program: give the program's path")
-    raise UsageError(f"{head} is not executable: make it executable (chmod +x "
-                     f"{shlex.quote(program)}), or put its interpreter first in --command")
-
-
-def _size(text: str | None, option: str) -> int | None:
-    from autotune.errors import UsageError
-    from autotune.spaces import parse_size
-
-    if text is None:
-        return None
-    try:
-        size = parse_size(text)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{option} '{text}' is not a size like 16GiB: {exc}") from None
-    if size <= 0:
-        raise UsageError(f"{option} '{text}' must be more than 0 bytes")
-    return size
 
 
 def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
@@ -218,17 +130,9 @@ def _confirm_text(ev: Any) -> str:
     return ev.outcome.kind.value
 
 
-def _preflight(space: Any, drop_unknown: bool, allow_mismatch: bool) -> Any:
-    """Check the space against the installed XLA before any trial (see autotune.preflight)."""
-    from autotune import preflight
-    from autotune.flags.catalog import load_catalog
-    from autotune.flags.probe import probe
-
-    catalog = load_catalog()
-    with out.status("checking the space's flags against the installed XLA..."):
-        report = probe(catalog, extra=sorted(space.flags()))
-    checked = preflight.check(space, catalog, report, drop_unknown=drop_unknown,
-                              allow_backend_mismatch=allow_mismatch)
+def _print_preflight(planned: Any) -> None:
+    """What the checks before the first trial changed or warn about (see autotune.preflight)."""
+    checked, report, space = planned.preflight, planned.report, planned.plan.space
     if checked.dropped:
         noun = "flag" if len(checked.dropped) == 1 else "flags"
         out.print(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
@@ -241,18 +145,6 @@ def _preflight(space: Any, drop_unknown: bool, allow_mismatch: bool) -> Any:
         out.print(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
                   f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
                   "expect no effect to measure", highlight=False)
-    return checked
-
-
-def _preset(preset: str) -> str:
-    from autotune.bench import PRESETS
-
-    return one_of(preset, PRESETS, "preset")
-
-
-def _mode(mode: str, enum: Any) -> Any:
-    """The member of `enum` named by `mode`; UsageError naming the known ones otherwise."""
-    return enum(one_of(mode, (m.value for m in enum), "mode"))
 
 
 def _run_with_progress(runner: Any, plan: Any) -> None:

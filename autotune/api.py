@@ -1,0 +1,328 @@
+"""The Python API: a `Study` to create, run and read from a notebook or a script.
+
+The `autotune` command line is a thin layer over this module: `autotune study`
+builds its plan with `plan_study` and runs it as `Study.run` does; `best` and
+`export` read what `Study.best` and `Study.export` return. Nothing here prints
+or imports typer or rich; progress reaches the caller through callbacks.
+
+    from autotune import Study
+
+    study = Study.create(space="cpu", benchmark="matmul", preset="tiny", devices=1,
+                         trials=8, storage="sqlite:///autotune.db")
+    study.run(confirm=2, confirm_repeats=3)
+    study.recommendation()      # {"recommended": False, "trial": None, "reason": "..."}
+    study.best()                # the rows of `autotune best --format json`
+    study.export("best.yaml")   # the document `autotune export` writes
+
+    Study("cpu-matmul-tiny").best()   # an existing study, read only
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import StudyNotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from autotune.flags.probe import ProbeReport
+    from autotune.preflight import Preflight
+    from autotune.records import RunRecord
+    from autotune.results.shrink import Shrink
+    from autotune.storage.store import Store
+    from autotune.study import ConfirmEvent, RunSummary, ShrinkEvent, StudyPlan, TrialEvent
+    from autotune.workloads import WorkloadInfo
+
+#: Where studies are kept unless told otherwise: ./autotune.db.
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a `sqlite:///FILE` URL (None for any other URL)."""
+    prefix = "sqlite:///"
+    return Path(url[len(prefix):]) if url.startswith(prefix) and url != prefix else None
+
+
+def require_database(url: str) -> None:
+    """A reader's SQLite file must exist (opening it would create an empty one).
+
+    Raises:
+        StudyNotFoundError: there is no such file.
+    """
+    file = sqlite_file(url)
+    if file is not None and not file.exists():
+        raise StudyNotFoundError(
+            f"no database at {file}: run `autotune study ...` first, or pass --storage URL")
+
+
+def open_store(url: str, must_exist: bool, write: bool = False) -> Store:
+    """Open the store. Reading never writes: only `write=True` creates or migrates tables.
+
+    For readers (`must_exist`) a missing SQLite file is an error, and a
+    database that is not autotune's or not at the code's schema revision is
+    refused with what to do (`Store.open(upgrade=False)`).
+    """
+    from autotune.storage.store import Store
+
+    if must_exist:
+        require_database(url)
+    return Store.open(url, upgrade=write)
+
+
+@dataclass(frozen=True)
+class PlannedStudy:
+    """A study's plan and what the checks before its first trial found."""
+
+    plan: StudyPlan
+    preflight: Preflight
+    report: ProbeReport
+
+
+def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path | None = None,
+               command: str | None = None, name: str | None = None, trials: int = 12,
+               sampler: str = "auto", seed: int | None = None, objective: str = "time",
+               memory_budget: str | None = None, timeout_per_trial: float = 300.0,
+               preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
+               max_warmup: int = 30, mode: str = "paired", drop_unknown: bool = False,
+               allow_backend_mismatch: bool = False, prune_margin: float | None = 1.3,
+               trial_memory_limit: str | None = None,
+               base_env: Mapping[str, str] | None = None) -> PlannedStudy:
+    """Validate what the user asked for and check the space against the installed XLA.
+
+    The arguments are `autotune study`'s options (sizes as text like `12GiB`;
+    `prune_margin` None never prunes). Nothing touches the database.
+
+    Raises:
+        UsageError (and its kinds): an unknown space, benchmark, sampler,
+            objective, preset or mode; a bad size; `script` and `command` both;
+            a command that cannot run; a space with flags this XLA does not
+            know (unless `drop_unknown`) or for another backend (unless
+            `allow_backend_mismatch`).
+    """
+    from autotune import preflight, spaces
+    from autotune.bench import PRESETS
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.probe import probe
+    from autotune.records import MeasureMode
+    from autotune.search import choose_sampler, parse_objectives
+    from autotune.study import StudyPlan
+
+    loaded = spaces.load_space(space)
+    work, argv = _workload(benchmark, script, command)
+    objectives = parse_objectives(objective)
+    choose_sampler(sampler, objectives, loaded, trials)  # a bad choice stops before any probe
+    one_of(preset, PRESETS, "preset")
+    measure_mode = MeasureMode(one_of(mode, [m.value for m in MeasureMode], "mode"))
+    budget = _size(memory_budget, "--memory-budget")
+    limit = _size(trial_memory_limit, "--trial-memory-limit")
+    catalog = load_catalog()
+    report = probe(catalog, extra=sorted(loaded.flags()))
+    checked = preflight.check(loaded, catalog, report, drop_unknown=drop_unknown,
+                              allow_backend_mismatch=allow_backend_mismatch)
+    plan = StudyPlan(
+        name=name or f"{loaded.name}-{work.name}-{preset}", space_name=loaded.name,
+        space=checked.space, workload=work, preset=preset, devices=devices, trials=trials,
+        sampler=sampler, seed=seed, timeout_per_trial=timeout_per_trial, steps=steps,
+        warmup=warmup, max_warmup=max_warmup, mode=measure_mode,
+        base_env=dict(os.environ if base_env is None else base_env), command=argv,
+        memory_limit_bytes=limit, prune_margin=prune_margin, objectives=objectives,
+        memory_budget_bytes=budget)
+    return PlannedStudy(plan, checked, report)
+
+
+class Study:
+    """One study in a database: read it, or (made by `create`) run it.
+
+    `Study(name, storage)` opens an existing study for reading; its methods
+    never write. `Study.create(...)` plans a new study (or the continuation of
+    one: the same plan with more trials) that `run` measures.
+    """
+
+    def __init__(self, name: str, storage: str = DEFAULT_STORAGE,
+                 planned: PlannedStudy | None = None) -> None:
+        self.name = name
+        self.storage = storage
+        self.planned = planned
+
+    @classmethod
+    def create(cls, *, space: str, storage: str = DEFAULT_STORAGE,
+               **options: Any) -> Study:
+        """Plan a study (see `plan_study` for the options); nothing is measured yet."""
+        planned = plan_study(space=space, **options)
+        return cls(planned.plan.name, storage, planned)
+
+    def run(self, *, confirm: int = 3, confirm_repeats: int = 4, shrink: bool = True,
+            on_trial: Callable[[TrialEvent], None] | None = None,
+            on_confirm: Callable[[ConfirmEvent], None] | None = None,
+            on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
+        """Measure the trials still to run, then confirm the best `confirm` configurations
+        `confirm_repeats` times each and shrink the recommendation (as `autotune study`).
+
+        Raises:
+            UsageError: this Study was opened for reading (use `Study.create`).
+        """
+        from autotune.launcher import SubprocessLauncher
+        from autotune.search import Objective
+        from autotune.study import StudyRunner
+
+        if self.planned is None:
+            raise UsageError(f"study {self.name!r} was opened for reading; create it with "
+                             "Study.create(space=..., ...) to run trials")
+        plan = self.planned.plan
+        store = open_store(self.storage, must_exist=False, write=True)
+        runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
+        runner.prepare()
+        summary = runner.run(on_trial=on_trial)
+        if confirm and plan.objectives != (Objective.MEMORY,):
+            runner.confirm(confirm, confirm_repeats, on_run=on_confirm)
+            if shrink:
+                runner.shrink(confirm_repeats, on_run=on_shrink)
+        return summary
+
+    def runs(self) -> list[RunRecord]:
+        """Every stored run of the study, in the order they were made."""
+        store = self._reader()
+        store.get_study(self.name)  # a missing study: StudyNotFoundError naming the known ones
+        return store.runs(self.name)
+
+    def best(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.ranking import best_row_json, best_rows
+
+        record = self._reader().get_study(self.name)
+        rows = best_rows(self.runs(), load_catalog(), limit=limit,
+                         memory_budget=record.memory_budget_bytes, objectives=record.objectives)
+        return [best_row_json(row) for row in rows]
+
+    def recommendation(self) -> dict[str, Any]:
+        """What autotune recommends: `{recommended, trial, reason}` (trial None: XLA's
+        defaults)."""
+        from autotune.results.ranking import recommend
+
+        record = self._reader().get_study(self.name)
+        rec = recommend(self.runs(), record.objectives, record.memory_budget_bytes)
+        return {"recommended": rec.recommended,
+                "trial": rec.run.trial_number if rec.run is not None else None,
+                "reason": rec.reason}
+
+    def shrunk(self) -> Shrink | None:
+        """The recommendation's shrinking as stored (None when nothing is recommended)."""
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.ranking import recommend
+        from autotune.results.shrink import shrink
+
+        record = self._reader().get_study(self.name)
+        runs = self.runs()
+        rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+        return shrink(runs, rec.run, load_catalog()) if rec.run is not None else None
+
+    def export(self, path: str | Path | None = None, *, fmt: str = "yaml",
+               rank: int | None = None, trial: int | None = None) -> dict[str, Any]:
+        """The export document (see `autotune export`); written to `path` in `fmt` if given.
+
+        Raises:
+            ExportError: no such rank or trial, or nothing measured.
+            UsageError: an unknown format, or both `rank` and `trial`.
+        """
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.export import ExportFormat, export_document, write_export
+
+        form = ExportFormat(one_of(fmt, [f.value for f in ExportFormat], "export format"))
+        if rank is not None and trial is not None:
+            raise UsageError("give --rank or --trial, not both")
+        record = self._reader().get_study(self.name)
+        document = export_document(record, self.runs(), load_catalog(), rank=rank, trial=trial)
+        if path is not None:
+            write_export(document, Path(path), form)
+        return document
+
+    def _reader(self) -> Store:
+        return open_store(self.storage, must_exist=True)
+
+
+def one_of(value: str, choices: Any, noun: str) -> str:
+    """`value` if it is one of `choices`; UsageError naming every choice otherwise."""
+    known = list(choices)
+    if value not in known:
+        raise UsageError(f"unknown {noun} '{value}'. Known {noun}s: {', '.join(known)}")
+    return value
+
+
+def _workload(benchmark: str, script: str | Path | None,
+              command: str | None) -> tuple[WorkloadInfo, tuple[str, ...] | None]:
+    """The workload to tune: a built-in benchmark, the user's file, or the user's program.
+
+    Raises:
+        UsageError: both `script` and `command`; a command that does not
+            parse, is empty, or whose program cannot be run (see `_check_program`).
+    """
+    from autotune import workloads
+
+    if script is not None and command is not None:
+        raise UsageError("give --script or --command, not both")
+    if script is not None:
+        return workloads.resolve_script(str(script)), None
+    if command is not None:
+        argv = _command_argv(command)
+        return workloads.command_info(argv), argv
+    return workloads.resolve_benchmark(benchmark), None
+
+
+def _command_argv(command: str) -> tuple[str, ...]:
+    """The command split like a shell would (never run by one), its program checked runnable."""
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise UsageError(f"--command does not parse: {exc}") from None
+    if not argv:
+        raise UsageError("--command is empty; give the program to run")
+    _check_program(argv[0])
+    return argv
+
+
+def _check_program(program: str) -> None:
+    """Return if the launcher can execute `program`, else raise UsageError saying what to do.
+
+    It is resolved as the launcher's exec will: a bare name on PATH, a name with
+    a slash as a path relative to the current folder (each trial runs there).
+    Only whether it can start is checked, not what it does; nothing is written.
+    """
+    if shutil.which(program) is not None:
+        return
+    head = f"program '{program}' of --command"
+    path = Path(program)
+    if os.sep not in program and (os.altsep is None or os.altsep not in program):
+        here = f"; to run the file in this folder, write ./{program}" if path.is_file() else ""
+        raise UsageError(f"{head} is not found on PATH: install it, or give its path{here}")
+    if not path.exists():
+        raise UsageError(f"{head} does not exist: check the path, which is relative to the "
+                         f"current folder {Path.cwd()}")
+    if path.is_dir():
+        raise UsageError(f"{head} is a directory, not a program: give the program's path")
+    raise UsageError(f"{head} is not executable: make it executable (chmod +x "
+                     f"{shlex.quote(program)}), or put its interpreter first in --command")
+
+
+def _size(text: str | None, option: str) -> int | None:
+    """A size option (`12GiB`) in bytes; None stays None.
+
+    Raises:
+        UsageError: not a size, or not above 0 bytes.
+    """
+    from autotune.spaces import parse_size
+
+    if text is None:
+        return None
+    try:
+        size = parse_size(text)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{option} '{text}' is not a size like 16GiB: {exc}") from None
+    if size <= 0:
+        raise UsageError(f"{option} '{text}' must be more than 0 bytes")
+    return size
