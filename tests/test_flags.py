@@ -422,3 +422,12 @@ def test_no_flag_is_overridden_by_a_flag_that_must_be_removed_anyway():
     packaged = lint_text("--xla_gpu_enable_pipelined_collectives=true "
                          "--xla_gpu_enable_pipelined_all_gather=false")
     assert FindingKind.OVERRIDDEN not in {f.kind for f in packaged}
+
+
+def test_split_per_compile_keeps_what_only_the_environment_carries_apart():
+    from autotune.flags.compose import split_per_compile
+
+    options, rest = split_per_compile({"xla_cpu_enable_fast_math": True,
+                                       "TF_CPP_MIN_LOG_LEVEL": 2}, load_catalog())
+    assert options == {"xla_cpu_enable_fast_math": True}
+    assert rest == {"TF_CPP_MIN_LOG_LEVEL": 2}

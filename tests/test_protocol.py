@@ -200,3 +200,10 @@ def test_an_invalid_job_is_reported_in_the_result_file(tmp_path):
     assert body["status"] == "crashed"
     assert body["message"] == ("the trial's job is invalid: job field 'steps': expected an "
                                "integer >= 1, got 0")
+
+
+def test_a_reference_needs_a_paired_job():
+    with pytest.raises(ProtocolError) as raised:
+        Job(compiler_options=None, reference_options={"xla_cpu_enable_fast_math": True})
+    assert str(raised.value) == ("job field 'reference_options': only a PAIRED job (with "
+                                 "compiler_options) compiles a reference")

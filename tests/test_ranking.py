@@ -369,6 +369,108 @@ def test_the_memory_objective_recommends_only_less_memory_than_the_baseline():
     assert not recommend(s.runs, objectives=("memory",)).recommended
 
 
+def test_no_gain_ranks_by_its_confirmed_ratio_whatever_the_search_said():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.70, [0.95, 1.10, 1.08])  # no gain at 1.08
+    s.add(Role.SEARCH, {WIDTH: 512}, 0.95, trial=2, m=measurement(0.95, same=True))  # 1.0
+    confirmed(s, 3, {LEVEL: 2}, 0.90, [0.92, 1.06, 0.97])  # no gain at 0.97
+    assert [run.trial_number for run, _ in confirmed_order(s.runs)] == [3, 2, 1]
+
+
+def test_the_recommendation_respects_the_memory_budget_and_carries_its_confirmation():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.7, trial=1, m=measurement(0.7, memory=300 * MiB))
+    for _ in range(3):
+        s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.7, memory=300 * MiB))
+    confirmed(s, 2, {LEVEL: 2}, 0.9, [0.9, 0.9, 0.9])
+    s.add(Role.CONFIRM, {LEVEL: 2}, None, trial=2, kind=OutcomeKind.CRASHED)
+    assert recommend(s.runs).run.trial_number == 1  # type: ignore[union-attr]
+    rec = recommend(s.runs, memory_budget=250 * MiB)
+    assert rec.run is not None and rec.run.trial_number == 2
+    assert rec.confirmation is not None and rec.confirmation.trial_number == 2
+    assert "in 3 fresh processes" in rec.reason  # the crashed run is not one of them
+    rows = best_rows(s.runs, load_catalog(), memory_budget=250 * MiB)
+    assert [(r.run.trial_number, r.recommended) for r in rows] == [(0, False), (2, True)]
+
+
+def test_the_reasons_read_exactly():
+    s = tiered_study()
+    order = dict((run.trial_number, (run, c)) for run, c in confirmed_order(s.runs))
+    assert verdict_text(order[7][1]) == "no measurable gain (the baseline's program)"
+    assert verdict_text(order[6][1]) == ("×1.667 [1.667, 1.667] faster, 1 runs broke the "
+                                         "numerics guard")
+    assert pick_reason(*order[3], recommend(s.runs)).startswith("explicit pick: ×")
+    none = Runs()
+    none.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    assert recommend(none.runs).reason == "no configuration ran successfully: keep XLA's defaults"
+    none.add(Role.SEARCH, {FAST: True}, None, trial=1,
+             m=Measurement((), 1.0, mode=MeasureMode.PAIRED, same_program_as=0))
+    assert recommend(none.runs).reason == (
+        "every configuration tried compiled to XLA's default program: the flags change nothing "
+        "the compiler does for this workload; keep XLA's defaults")
+    over = Runs()
+    over.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=100 * MiB, same=True))
+    over.add(Role.SEARCH, {FAST: True}, 0.8, trial=1, m=measurement(0.8, memory=300 * MiB))
+    over.add(Role.SEARCH, {LEVEL: 2}, None, trial=2, m=Measurement(
+        (), 1.0, mode=MeasureMode.PAIRED, same_program_as=1, peak_memory_bytes=300 * MiB))
+    assert recommend(over.runs, memory_budget=200 * MiB).reason == (
+        "no configuration within the memory budget ran: keep XLA's defaults")
+    orphan = Runs()  # no baseline stored: nothing is XLA's default program
+    orphan.add(Role.SEARCH, {FAST: True}, None, trial=1,
+               m=Measurement((), 1.0, mode=MeasureMode.PAIRED, same_program_as=5))
+    assert recommend(orphan.runs).reason.startswith("no configuration within the memory")
+    elsewhere = Runs()
+    elsewhere.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    elsewhere.add(Role.SEARCH, {FAST: True}, None, trial=1, kind=OutcomeKind.CRASHED)
+    assert recommend(elsewhere.runs).reason.startswith("no configuration ran successfully")
+    unconfirmed = Runs()
+    unconfirmed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    unconfirmed.add(Role.SEARCH, {FAST: True}, 0.5, trial=1)
+    assert recommend(unconfirmed.runs).reason == (
+        "no configuration was confirmed (the search's figures are one process each, and the "
+        "best of many is usually lucky): keep XLA's defaults, or run the study again with "
+        "--confirm K")
+    gainless = Runs()
+    gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
+    assert recommend(gainless.runs).reason == (
+        "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
+        "1: ×1.000 [1.000, 1.000] no measurable gain): keep XLA's defaults")
+
+
+def test_the_memory_recommendation_reads_exactly_and_needs_a_clean_baseline():
+    rec = recommend(memory_study().runs, objectives=("memory",))
+    assert rec.reason == (f"peak memory {80 * MiB} bytes, below the baseline's {100 * MiB} "
+                          "bytes; the numerics guard passed")
+    assert rec.confirmation is None
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=50 * MiB))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.8, memory=50 * MiB))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.NUMERICS_MISMATCH)
+    refused = recommend(s.runs, objectives=("memory",))
+    assert refused.run is None
+    assert refused.reason == ("no configuration needed less peak memory than XLA's defaults: "
+                              "keep them")
+    clean = Runs()
+    clean.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    clean.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=50 * MiB))
+    clean.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.8, memory=50 * MiB))
+    chosen = recommend(clean.runs, objectives=("memory",))
+    assert chosen.run is not None  # 0 failures: clean
+    assert chosen.confirmation is not None and chosen.confirmation.runs == 1
+    failed_base = Runs()
+    failed_base.add(Role.BASELINE, {}, None, kind=OutcomeKind.CRASHED)
+    failed_base.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=50 * MiB))
+    assert recommend(failed_base.runs, objectives=("memory",)).run is None
+    no_base = Runs()
+    no_base.add(Role.SEARCH, {LEVEL: 2}, 0.9, m=measurement(0.9, memory=500 * MiB))
+    no_base.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=50 * MiB))
+    assert recommend(no_base.runs, objectives=("memory",)).run is None  # nothing to beat
+
+
 # --- memory: budgets, the memory objective and the Pareto front ------------------------------
 
 

@@ -194,6 +194,8 @@ def _no_gain_reason(order: list[tuple[RunRecord, Confirmation | None]],
                             and r.outcome.measurement.same_program_as == base for r in compiled):
             return ("every configuration tried compiled to XLA's default program: the flags "
                     "change nothing the compiler does for this workload; keep XLA's defaults")
+        if compiled:
+            return "no configuration within the memory budget ran: keep XLA's defaults"
         return "no configuration ran successfully: keep XLA's defaults"
     if not confirmed:
         return ("no configuration was confirmed (the search's figures are one process each, "
