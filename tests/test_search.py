@@ -7,6 +7,7 @@ child); the study, Optuna, SQLite and the CLI are real.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -534,14 +535,74 @@ def test_the_search_benchmark_prints_its_table():
     import sys
 
     result = subprocess.run(
-        [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--seeds", "2",
-         "--trials", "20", "--samplers", "random,auto"],
+        [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--report-seeds",
+         "1000-1001", "--trials", "20", "--samplers", "random,auto", "--jobs", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert any("within 2% of the best" in line and "flatness" in line for line in lines)
+    assert "choose seeds 0-19" in lines[0] and "report seeds 1000-1001" in lines[0]
     rows = [line.split() for line in lines if line.split()[:1] in (["random"], ["auto"])]
-    assert [r[0] for r in rows] == ["random", "auto"] and all(len(r) == 7 for r in rows)
+    assert [r[0] for r in rows] == ["random", "auto", "auto"]
+    assert len(rows[0]) == len(rows[1]) == 7 and "inf" not in rows[0] + rows[1]
+    test = lines[lines.index(next(line for line in lines if line.startswith("rank test"))) + 2]
+    assert test.startswith("auto") and test.count("p=") == 4  # to 1%, to 2%, at 20, at 40
+
+
+def _efficiency_script():
+    """benchmarks/scripts/search_efficiency.py as a module (the scripts are no package)."""
+    import importlib.util
+    import sys
+
+    name = "_autotune_search_efficiency"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "benchmarks/scripts/search_efficiency.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_the_search_efficiency_benchmark_scores_the_baseline_by_its_true_ratio():
+    """The baseline (the empty key, measured first) is an incumbent like any other
+    configuration: its true ratio, about 1.0, not infinitely slow."""
+    from autotune.replay import ReplayTable
+
+    bench = _efficiency_script()
+    table = ReplayTable.load(MLP)
+    truth = table.true_ratio("")
+    assert truth is not None and 0.9 < truth < 1.1
+    trace = bench.run_study(table, load_space(str(ROOT / table.meta["space"])), "random",
+                            1000, 3, load_catalog())
+    assert trace.true_ratios[0] == pytest.approx(truth)  # trial 1 is the baseline alone
+    assert all(math.isfinite(r) and r <= truth for r in trace.true_ratios)
+    assert trace.trials_to(truth) == 1
+
+
+def test_the_search_efficiency_benchmark_reports_on_seeds_it_did_not_choose_on(capsys):
+    bench = _efficiency_script()
+    assert bench.parse_seeds("0-2,7, 9-10") == [0, 1, 2, 7, 9, 10]
+    assert bench.seeds_text([0, 1, 2, 7, 9, 10]) == "0-2,7,9-10"
+    assert not set(bench.parse_seeds(bench.CHOOSE_SEEDS)) & set(
+        bench.parse_seeds(bench.REPORT_SEEDS))
+    for bad in ("1-0", "x", "3-", "-1"):
+        with pytest.raises(ValueError):
+            bench.parse_seeds(bad)
+    with pytest.raises(SystemExit) as exit_:
+        bench.main([str(MLP), "--choose-seeds", "0-19", "--report-seeds", "15-30"])
+    assert exit_.value.code == 2
+    assert "share 5 seeds (15-19)" in capsys.readouterr().err
+
+
+def test_the_search_efficiency_rank_test_says_which_way():
+    bench = _efficiency_script()
+    a, p = bench.rank_test([1, 2, 3, 4, 5] * 4, [6, 7, 8, 9, 81] * 4)
+    assert a == 1.0 and p < 0.001  # every seed of the sampler beats every one of random's
+    a, p = bench.rank_test([6, 7, 8, 9, 81] * 4, [1, 2, 3, 4, 5] * 4)
+    assert a == 0.0 and p < 0.001
+    assert bench.rank_test([1, 1], [1, 1]) == (0.5, 1.0)  # all tied: no difference
 
 
 class BudgetLauncher(ModelLauncher):

@@ -1,7 +1,8 @@
 """How many trials each sampler needs to reach the best configuration of a recorded table.
 
     python benchmarks/scripts/search_efficiency.py                  # every committed table
-    python benchmarks/scripts/search_efficiency.py --seeds 5 --samplers random,auto
+    python benchmarks/scripts/search_efficiency.py --report-seeds 1000-1009 --samplers random,auto
+    python benchmarks/scripts/search_efficiency.py --samplers '' --startup-candidates 4,8,10
 
 Each run is a real `autotune.study.StudyRunner` study (baseline first, the
 sampler, the no-repeat rule, pruning) whose trials are answered by
@@ -12,12 +13,31 @@ each launched trial the study's incumbent is the configuration with the best
 is the median over the recorded repeats of every configuration XLA compiled to
 the same program (`ReplayTable.true_ratio`: a program measured 20 times, not
 four equal programs measured 5 times each, whose luckiest would otherwise be
-"the best"). Per table and sampler, over `--seeds` seeded
-studies, the script prints the median number of launched trials until the
-incumbent's true ratio is within 1% and 2% of the table's best, and the
+"the best"). The baseline (no flags, the empty key) is scored like any other
+configuration: its recorded in-process ratio is its A/A noise, about 1.0, and
+its true ratio is its program's median. Per table and sampler the script
+prints the median over the report seeds of the number of launched trials until
+the incumbent's true ratio is within 1%, 2% and 5% of the table's best, and the
 incumbent's distance from the best after 20, 40 and 80 trials. It also prints
 how flat the table is (the share of configurations within 1% and 2% of the
 best): "reached within 2%" means little where most configurations are.
+
+Held-out seeds. Settings chosen from data are chosen on `--choose-seeds`
+(default 0-19: `TPE_STARTUP` in `autotune/search.py` was chosen on them; `auto`
+picks by a rule on the space's size, not from data), and every printed figure
+is computed on `--report-seeds` (default 1000-1099), which must be disjoint
+from them. `--startup-candidates 2,4,8` redoes the startup choice on the choose
+seeds (TPE with each count; the pick has the fewest median trials to within 2%,
+summed over the tables, ties broken by 1% and the ratio at 20) and says whether
+it is the value `search.py` ships; the report always runs what `search.py` ships.
+
+Rank test. For each sampler other than `random`, the per-seed figures (trials
+to within 1% and 2%, "never" ranked after every count; the incumbent's true
+ratio at 20 and 40 trials) are compared with random search's on the same report
+seeds by a two-sided Mann-Whitney U test (scipy). `A` is the chance that one
+of the sampler's seeds does better than one of random's (fewer trials, lower
+ratio; ties count half): 0.5 is no difference. The p-values are not corrected
+for the number of tests.
 
 Structure or noise? It fits an additive model (one effect per flag value) to
 the table's log ratios and prints the residual spread next to the noise of a
@@ -25,20 +45,39 @@ table value (a median of its program's recorded repeats). Where the two are equa
 configurations differ from the model by no more than their measurement noise:
 the table's best is then the luckiest draw of that noise, and no search can
 aim for it (see the README's Search section).
+
+Studies run in `--jobs` processes (default: 2, this machine's cores). One
+seeded 80-trial study takes about 4 CPU seconds here (3-6 s), so the defaults
+(3 tables, `random` and `tpe`, whose studies `auto` reuses on these tables, 100
+report seeds: 600 studies) take about 38 CPU minutes: 19 minutes on two free
+cores, 31 on 2026-11-23 while other work shared them. 200 report seeds would
+take twice that, hence 100.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
 CHECKPOINTS = (20, 40, 80)
 WITHIN = (0.01, 0.02, 0.05)
+CHOOSE_SEEDS = "0-19"
+REPORT_SEEDS = "1000-1099"
+DEFAULT_NOTE = " (100, not 200: 200 would take about an hour on 2 cores)"
+#: The figures the rank test compares: ("to", within) or ("at", trials).
+TESTED = (("to", 0.01), ("to", 0.02), ("at", 20), ("at", 40))
+SIGNIFICANT = 0.05
 
 
 @dataclass
@@ -58,8 +97,46 @@ class Trace:
         return self.true_ratios[min(n, len(self.true_ratios)) - 1]
 
 
+def parse_seeds(text: str) -> list[int]:
+    """`0-19`, `1000-1199` or `1,2,5-7` as a sorted list of distinct seeds.
+
+    Raises:
+        ValueError: an item that is not a seed or a range of them, or no seed at all.
+    """
+    seeds: set[int] = set()
+    for item in (part.strip() for part in text.split(",")):
+        first, sep, last = item.partition("-")
+        try:
+            low, high = int(first), int(last) if sep else int(first)
+        except ValueError:
+            raise ValueError(f"'{item}' is not a seed or a range of seeds (e.g. 1000-1099)"
+                             ) from None
+        if low < 0 or high < low:
+            raise ValueError(f"'{item}' is not a range of non-negative seeds, low-high")
+        seeds.update(range(low, high + 1))
+    if not seeds:
+        raise ValueError("no seeds given")
+    return sorted(seeds)
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """The seeds as ranges: [0, 1, 2, 7] -> '0-2,7'."""
+    parts, start = [], None
+    for i, seed in enumerate(seeds):
+        if start is None:
+            start = seed
+        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
+            parts.append(str(seed) if seed == start else f"{start}-{seed}")
+            start = None
+    return ",".join(parts)
+
+
 def run_study(table, space, sampler: str, seed: int, trials: int, catalog) -> Trace:
-    """One seeded study on the table; the incumbent's true ratio after each launch."""
+    """One seeded study on the table; the incumbent's true ratio after each launch.
+
+    The baseline is the empty key: it becomes the incumbent like any other
+    configuration, by its observed ratio, and is scored by its true ratio.
+    """
     import optuna
 
     from autotune.flags.compose import config_key, effective_config
@@ -77,25 +154,106 @@ def run_study(table, space, sampler: str, seed: int, trials: int, catalog) -> Tr
                          optuna.storages.InMemoryStorage())
     runner.run()
     runs = [r for r in store.runs(plan.name) if r.role is not Role.CONFIRM]
-    trace, best_seen, best_key = [], math.inf, ""
+    trace: list[float] = []
+    best_seen, best_key = math.inf, None  # None: nothing measured yet ("" is the baseline)
     for run in sorted(runs, key=lambda r: r.id):
         key = config_key(effective_config(run.flags, catalog))
         if run.ratio is not None and run.ratio < best_seen:
             best_seen, best_key = run.ratio, key
-        trace.append(table.true_ratio(best_key) if best_key else math.inf)
+        truth = table.true_ratio(best_key) if best_key is not None else None
+        trace.append(math.inf if truth is None else truth)
     store.close()
     return Trace(trace)
 
 
-def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
-    """Print one table's flatness and each sampler's figures."""
+@cache
+def _loaded(path: str) -> tuple[Any, Any, Any]:
+    """The table, its space and the catalog, read once per process."""
     from autotune.flags.catalog import load_catalog
     from autotune.replay import ReplayTable
     from autotune.spaces import load_space
 
     table = ReplayTable.load(path)
-    space = load_space(str(ROOT / table.meta["space"]))
-    catalog = load_catalog()
+    return table, load_space(str(ROOT / table.meta["space"])), load_catalog()
+
+
+def _trace_job(job: tuple[str, str, int, int, int | None]) -> list[float]:
+    """One study of a job (table path, sampler, seed, trials, TPE startup or None)."""
+    import autotune.search
+
+    path, sampler, seed, trials, startup = job
+    table, space, catalog = _loaded(path)
+    shipped = autotune.search.TPE_STARTUP
+    if startup is not None:
+        autotune.search.TPE_STARTUP = startup  # read when the sampler is made
+    try:
+        return run_study(table, space, sampler, seed, trials, catalog).true_ratios
+    finally:
+        autotune.search.TPE_STARTUP = shipped
+
+
+class Runner:
+    """Runs studies in `jobs` processes (in this one for 1), results in order."""
+
+    def __init__(self, jobs: int) -> None:
+        self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+
+    def traces(self, path: Path, sampler: str, seeds: Sequence[int], trials: int,
+               startup: int | None = None) -> list[Trace]:
+        jobs = [(str(path), sampler, seed, trials, startup) for seed in seeds]
+        done = self.pool.map(_trace_job, jobs) if self.pool else map(_trace_job, jobs)
+        return [Trace(t) for t in done]
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.shutdown()
+
+
+def _row(name: str, traces: list[Trace], best: float) -> str:
+    """One row: medians over the seeds of the trials to each `WITHIN` and of the
+    incumbent's true ratio / best at each checkpoint."""
+    to = [_median_text([t.trials_to(best * (1 + w)) for t in traces]) for w in WITHIN]
+    at = [statistics.median(t.at(n) / best for t in traces) for n in CHECKPOINTS]
+    return (f"{name:8} " + " ".join(f"{x:>7}" for x in to) + "  "
+            + "  ".join(f"{a:7.3f}" for a in at))
+
+
+def _header(first: str) -> str:
+    return (f"{first:8} " + " ".join(f"{'to ' + format(w, '.0%'):>7}" for w in WITHIN) + "  "
+            + "  ".join(f"{'at ' + str(n):>7}" for n in CHECKPOINTS))
+
+
+def _per_seed(traces: list[Trace], best: float, figure: tuple[str, float],
+              trials: int) -> list[float]:
+    """One figure per seed, lower is better; 'never' is ranked after every trial count."""
+    kind, value = figure
+    if kind == "to":
+        return [min(t.trials_to(best * (1 + value)), trials + 1) for t in traces]
+    return [t.at(int(value)) / best for t in traces]
+
+
+def rank_test(sampler: list[float], random: list[float]) -> tuple[float, float]:
+    """(A, p): the chance that a draw of `sampler` is lower than one of `random` (ties
+    half), and the two-sided Mann-Whitney U p-value (1.0 when every value is equal)."""
+    from scipy.stats import mannwhitneyu
+
+    if len(set(sampler) | set(random)) == 1:
+        return 0.5, 1.0
+    u, p = mannwhitneyu(sampler, random, alternative="two-sided")
+    return 1.0 - float(u) / (len(sampler) * len(random)), float(p)
+
+
+def _test_cell(a: float, p: float) -> str:
+    way = "~" if p >= SIGNIFICANT else ("better" if a > 0.5 else "worse")
+    return f"A={a:.2f} p={p:<7.3g} {way:<6}"
+
+
+def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
+           runner: Runner) -> None:
+    """Print one table's flatness and each sampler's figures on the report seeds."""
+    from autotune.search import Objective, choose_sampler
+
+    table, space, _ = _loaded(str(path))
     ratios = table.ratios()
     best = min(ratios.values())
     print(f"\n{path.name}: {table.meta['benchmark']} ({table.meta['preset']}), space "
@@ -107,6 +265,10 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
     print(f"programs: {programs} distinct programs; a configuration's true ratio pools the "
           "repeats of its program" if programs else
           "programs: not fingerprinted; a configuration's true ratio is its own repeats' median")
+    baseline = table.true_ratio("")
+    if baseline is not None:
+        print(f"baseline: true ratio {baseline:.3f}, {baseline / best:.3f} x the best (scored "
+              "like any configuration; measured first)")
     noise = _noise(table)
     print(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
           "standard deviation over a configuration's repeats)")
@@ -115,16 +277,69 @@ def report(path: Path, samplers: list[str], seeds: int, trials: int) -> None:
                else "no structure beyond the noise of the table's values")
     print(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%} "
           f"against a table value's own noise of about {fit.value_noise:.1%}: {verdict}")
-    print(f"{'sampler':8} " + " ".join(f"{'to ' + format(w, '.0%'):>7}" for w in WITHIN) + "  "
-          + "  ".join(
-        f"{'at ' + str(n):>7}" for n in CHECKPOINTS) + "   (median over seeds; 'at N': "
-        "incumbent's true ratio / best)")
+    auto = choose_sampler("auto", (Objective.TIME,), space, trials)
+    if "auto" in samplers and auto.name in samplers:
+        print(f"auto runs {auto.name} here ({auto.reason}): its row reuses {auto.name}'s studies")
+    if not samplers:
+        return
+    print(_header("sampler") + f"   (median over {len(seeds)} report seeds; 'at N': "
+          "incumbent's true ratio / best)")
+    traces: dict[str, list[Trace]] = {}
     for sampler in samplers:
-        traces = [run_study(table, space, sampler, seed, trials, catalog) for seed in range(seeds)]
-        to = [_median_text([t.trials_to(best * (1 + w)) for t in traces]) for w in WITHIN]
-        at = [statistics.median(t.at(n) / best for t in traces) for n in CHECKPOINTS]
-        print(f"{sampler:8} " + " ".join(f"{x:>7}" for x in to) + "  "
-              + "  ".join(f"{a:7.3f}" for a in at), flush=True)
+        same = auto.name if sampler == "auto" and auto.name in samplers else sampler
+        if same not in traces:
+            traces[same] = runner.traces(path, same, seeds, trials)
+        traces[sampler] = traces[same]
+        print(_row(sampler, traces[sampler], best), flush=True)
+    if samplers:
+        print(f"reached within {' / '.join(format(w, '.0%') for w in WITHIN)} in {trials} "
+              f"trials, seeds of {len(seeds)}: " + ", ".join(
+                  f"{s} " + "/".join(str(sum(math.isfinite(t.trials_to(best * (1 + w)))
+                                             for t in traces[s])) for w in WITHIN)
+                  for s in samplers))
+    others = [s for s in samplers if s != "random"]
+    if "random" not in traces or not others:
+        return
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        print("rank test against random: skipped (needs scipy: pip install scipy)")
+        return
+    names = [f"to {v:.0%}" if k == "to" else f"at {v}" for k, v in TESTED]
+    print("rank test against random (Mann-Whitney U, two-sided, same report seeds; A: chance "
+          "a seed of the sampler does better than one of random's, ties half)")
+    print(f"{'sampler':8} " + " ".join(f"{n:<23}" for n in names).rstrip())
+    for sampler in others:
+        cells = [_test_cell(*rank_test(_per_seed(traces[sampler], best, f, trials),
+                                       _per_seed(traces["random"], best, f, trials)))
+                 for f in TESTED]
+        print(f"{sampler:8} " + " ".join(cells).rstrip(), flush=True)
+
+
+def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], trials: int,
+                   runner: Runner) -> int:
+    """TPE with each startup count on the choose seeds; the pick and why, printed."""
+    from autotune.search import TPE_STARTUP
+
+    print(f"choosing TPE's startup trials on the {len(seeds)} choose seeds "
+          f"{seeds_text(seeds)} (median over them)")
+    print(_header("startup") + "  table")
+    score: dict[int, list[tuple[float, ...]]] = {c: [] for c in candidates}
+    for path in paths:
+        table, _, _ = _loaded(str(path))
+        best = min(table.ratios().values())
+        for count in candidates:
+            traces = runner.traces(path, "tpe", seeds, trials, startup=count)
+            score[count].append(tuple(statistics.median(_per_seed(traces, best, f, trials))
+                                      for f in (("to", 0.02), ("to", 0.01), ("at", 20))))
+            print(_row(str(count), traces, best) + f"  {path.name}", flush=True)
+    pick = min(candidates, key=lambda c: (*map(sum, zip(*score[c], strict=True)), c))
+    agrees = ("the value autotune/search.py ships" if pick == TPE_STARTUP
+              else f"autotune/search.py ships TPE_STARTUP = {TPE_STARTUP}")
+    print(f"pick: {pick} (fewest median trials to within 2%, summed over the tables, "
+          f"'never' counting {trials + 1}; ties: to within 1%, then the ratio at 20, then the "
+          f"smaller count): {agrees}")
+    return pick
 
 
 def _noise(table) -> float:
@@ -175,16 +390,54 @@ def _median_text(values: list[float]) -> str:
     return "never" if math.isinf(med) else f"{med:g}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def _seed_option(text: str) -> list[int]:
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("tables", nargs="*", type=Path,
                         default=[ROOT / "benchmarks/tables" / t for t in TABLES])
-    parser.add_argument("--samplers", default="random,tpe,auto")
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--samplers", default="random,tpe,auto",
+                        help="samplers to report on; '' for none (with --startup-candidates)")
+    parser.add_argument("--choose-seeds", type=_seed_option, default=parse_seeds(CHOOSE_SEEDS),
+                        help=f"seeds settings are chosen on (default {CHOOSE_SEEDS})")
+    parser.add_argument("--report-seeds", type=_seed_option, default=parse_seeds(REPORT_SEEDS),
+                        help=f"seeds every printed figure is computed on, disjoint from "
+                             f"--choose-seeds (default {REPORT_SEEDS})")
+    parser.add_argument("--startup-candidates", default="",
+                        help="TPE startup counts to choose from on the choose seeds, e.g. 2,4,8")
     parser.add_argument("--trials", type=int, default=max(CHECKPOINTS))
-    args = parser.parse_args()
-    for path in args.tables:
-        report(path, args.samplers.split(","), args.seeds, args.trials)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes running studies (default: 2, or fewer cores)")
+    args = parser.parse_args(argv)
+    shared = sorted(set(args.choose_seeds) & set(args.report_seeds))
+    if shared:
+        parser.error(f"--report-seeds and --choose-seeds share {len(shared)} seeds "
+                     f"({seeds_text(shared)}): figures must come from seeds no setting "
+                     "was chosen on")
+    from autotune.search import TPE_STARTUP
+
+    print(f"seeds: settings chosen on the {len(args.choose_seeds)} choose seeds "
+          f"{seeds_text(args.choose_seeds)} (TPE_STARTUP = {TPE_STARTUP} in autotune/search.py;"
+          f" auto picks by the space's size, not from data); every figure is over the "
+          f"{len(args.report_seeds)} report seeds {seeds_text(args.report_seeds)}, disjoint "
+          f"from them{DEFAULT_NOTE if args.report_seeds == parse_seeds(REPORT_SEEDS) else ''}; "
+          f"{args.trials} trials per study", flush=True)
+    runner = Runner(max(1, args.jobs))
+    try:
+        if args.startup_candidates:
+            candidates = [int(c) for c in args.startup_candidates.split(",")]
+            choose_startup(args.tables, candidates, args.choose_seeds, args.trials, runner)
+        for path in args.tables:
+            report(path, [s for s in args.samplers.split(",") if s], args.report_seeds,
+                   args.trials, runner)
+    finally:
+        runner.close()
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
