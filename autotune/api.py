@@ -32,7 +32,7 @@ from autotune.errors import StudyNotFoundError, UsageError
 if TYPE_CHECKING:
     from autotune.flags.probe import ProbeReport
     from autotune.preflight import Preflight
-    from autotune.records import RunRecord
+    from autotune.records import RunRecord, StudyRecord
     from autotune.results.shrink import Shrink
     from autotune.storage.store import Store
     from autotune.study import ConfirmEvent, RunSummary, ShrinkEvent, StudyPlan, TrialEvent
@@ -186,17 +186,15 @@ class Study:
 
     def runs(self) -> list[RunRecord]:
         """Every stored run of the study, in the order they were made."""
-        store = self._reader()
-        store.get_study(self.name)  # a missing study: StudyNotFoundError naming the known ones
-        return store.runs(self.name)
+        return self._read()[1]
 
     def best(self, limit: int = 10) -> list[dict[str, Any]]:
         """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
         from autotune.flags.catalog import load_catalog
         from autotune.results.ranking import best_row_json, best_rows
 
-        record = self._reader().get_study(self.name)
-        rows = best_rows(self.runs(), load_catalog(), limit=limit,
+        record, runs = self._read()
+        rows = best_rows(runs, load_catalog(), limit=limit,
                          memory_budget=record.memory_budget_bytes, objectives=record.objectives)
         return [best_row_json(row) for row in rows]
 
@@ -205,8 +203,8 @@ class Study:
         defaults)."""
         from autotune.results.ranking import recommend
 
-        record = self._reader().get_study(self.name)
-        rec = recommend(self.runs(), record.objectives, record.memory_budget_bytes)
+        record, runs = self._read()
+        rec = recommend(runs, record.objectives, record.memory_budget_bytes)
         return {"recommended": rec.recommended,
                 "trial": rec.run.trial_number if rec.run is not None else None,
                 "reason": rec.reason}
@@ -217,8 +215,7 @@ class Study:
         from autotune.results.ranking import recommend
         from autotune.results.shrink import shrink
 
-        record = self._reader().get_study(self.name)
-        runs = self.runs()
+        record, runs = self._read()
         rec = recommend(runs, record.objectives, record.memory_budget_bytes)
         return shrink(runs, rec.run, load_catalog()) if rec.run is not None else None
 
@@ -236,14 +233,20 @@ class Study:
         form = ExportFormat(one_of(fmt, [f.value for f in ExportFormat], "export format"))
         if rank is not None and trial is not None:
             raise UsageError("give --rank or --trial, not both")
-        record = self._reader().get_study(self.name)
-        document = export_document(record, self.runs(), load_catalog(), rank=rank, trial=trial)
+        record, runs = self._read()
+        document = export_document(record, runs, load_catalog(), rank=rank, trial=trial)
         if path is not None:
             write_export(document, Path(path), form)
         return document
 
-    def _reader(self) -> Store:
-        return open_store(self.storage, must_exist=True)
+    def _read(self) -> tuple[StudyRecord, list[RunRecord]]:
+        """The study's record and runs, from one read-only open of the store.
+
+        Raises:
+            StudyNotFoundError: no database, or no such study (naming the known ones).
+        """
+        store = open_store(self.storage, must_exist=True)
+        return store.get_study(self.name), store.runs(self.name)
 
 
 def one_of(value: str, choices: Any, noun: str) -> str:

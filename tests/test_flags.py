@@ -431,3 +431,14 @@ def test_split_per_compile_keeps_what_only_the_environment_carries_apart():
                                        "TF_CPP_MIN_LOG_LEVEL": 2}, load_catalog())
     assert options == {"xla_cpu_enable_fast_math": True}
     assert rest == {"TF_CPP_MIN_LOG_LEVEL": 2}
+
+
+def test_shell_exports_quote_every_value_and_refuse_a_name_no_shell_can_set():
+    from autotune.errors import UsageError
+    from autotune.flags.compose import shell_exports
+
+    assert shell_exports({"XLA_FLAGS": "--a=1 --b=$(x)", "N": "it's"}) == [
+        "export XLA_FLAGS='--a=1 --b=$(x)'", "export N='it'\"'\"'s'"]
+    for bad in ("1X", "A-B", "A B", ""):
+        with pytest.raises(UsageError, match="cannot be set by a shell"):
+            shell_exports({bad: "v"})

@@ -14,7 +14,6 @@ instead, for `eval "$(autotune apply best.yaml --print)"`.
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Mapping
@@ -93,19 +92,12 @@ def _command(command: list[str] | None, print_env: bool, config: Path) -> list[s
 
 
 def exports(env: Mapping[str, str]) -> str:
-    """`export NAME='value'` lines a POSIX shell can source; values quoted by `shlex.quote`.
-
-    Raises:
-        ConfigRefusedError: a variable name a shell cannot set.
-    """
-    from autotune.errors import ConfigRefusedError
+    """`export NAME='value'` lines a POSIX shell can source (`compose.shell_exports`)."""
+    from autotune.flags.compose import shell_exports
 
     if not env:
         return "# autotune apply: nothing to set (the configuration is XLA's defaults)\n"
-    bad = [name for name in env if not name.isidentifier() or not name.isascii()]
-    if bad:
-        raise ConfigRefusedError(f"variable name {bad[0]!r} cannot be set by a shell")
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+    return "".join(line + "\n" for line in shell_exports(env))
 
 
 def _check_against_this_xla(loaded: Config, env: Mapping[str, str], force: bool) -> None:

@@ -15,7 +15,6 @@ from autotune.cli._common import (
     fmt_bytes,
     fmt_flags,
     literal,
-    one_of,
     open_store,
     out,
     print_json,
@@ -146,23 +145,16 @@ def export(
     --rank or --trial writes another configuration instead, marked
     `recommended: false` unless it is the recommendation, with the reason.
     """
-    from autotune.errors import UsageError
-    from autotune.flags.catalog import load_catalog
-    from autotune.results.export import ExportFormat, export_document, render_export, write_export
+    from autotune.api import Study
+    from autotune.results.export import ExportFormat, render_export
 
-    form = ExportFormat(one_of(fmt, (f.value for f in ExportFormat), "export format"))
-    if rank is not None and trial is not None:
-        raise UsageError("give --rank or --trial, not both")
-    store = open_store(storage, must_exist=True)
-    record = store.get_study(study_name)
-    document = export_document(record, store.runs(study_name), load_catalog(), rank=rank,
-                               trial=trial)
-    if output == Path("-"):
-        typer.echo(render_export(document, form), nl=False)
+    to_stdout = output == Path("-")
+    target = None if to_stdout else output or Path(f"best.{fmt}")
+    document = Study(study_name, storage).export(target, fmt=fmt, rank=rank, trial=trial)
+    if target is None:
+        typer.echo(render_export(document, ExportFormat(fmt)), nl=False)
         return
-    output = output or Path(f"best.{form.value}")
-    write_export(document, output, form)
-    _print_exported(output, document)
+    _print_exported(target, document)
 
 
 def _print_exported(output: Path, document: dict[str, Any]) -> None:

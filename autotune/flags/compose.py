@@ -7,6 +7,8 @@ flags tokens of `LIBTPU_INIT_ARGS`, and `env` flags variables of their own.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 
 from autotune.errors import UsageError
@@ -216,3 +218,23 @@ def config_key(flags: Mapping[str, FlagValue]) -> str:
 def _same(value: object, default: object) -> bool:
     """Equality that keeps booleans apart from numbers (`True` is not `1`)."""
     return value == default and isinstance(value, bool) == isinstance(default, bool)
+
+
+#: A name a POSIX shell can assign.
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def shell_exports(env: Mapping[str, str]) -> list[str]:
+    """`export NAME='value'` lines a POSIX shell can source, one per variable.
+
+    Every value is quoted with `shlex.quote`, so no value can run a command or
+    expand a variable.
+
+    Raises:
+        UsageError: a variable name a shell cannot assign.
+    """
+    for name in env:
+        if not _SHELL_NAME.fullmatch(name):
+            raise UsageError(f"variable name {name!r} cannot be set by a shell; "
+                             "use the YAML or JSON form instead")
+    return [f"export {name}={shlex.quote(str(value))}" for name, value in env.items()]

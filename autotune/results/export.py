@@ -11,8 +11,6 @@ defaults; otherwise the document holds the defaults (nothing to set).
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,6 +20,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import ExportError
+from autotune.flags.compose import shell_exports
 from autotune.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
 from autotune.results.ranking import (
@@ -281,15 +280,8 @@ def render_env(document: dict[str, Any]) -> str:
              f"# recommended: {'yes' if document['recommended'] else 'no'}: "
              f"{_comment(document['reason'])}",
              "# sets these variables exactly; `autotune apply FILE -- CMD` merges with your own"]
-    for name, value in document["env"].items():
-        if not _VARIABLE.fullmatch(name):
-            raise ExportError(f"variable name {name!r} cannot be set by a shell; "
-                              "export --format yaml instead")
-        lines.append(f"export {name}={shlex.quote(str(value))}")
+    lines += shell_exports(document["env"])
     return "\n".join(lines) + "\n"
-
-
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _comment(text: object) -> str:
