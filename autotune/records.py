@@ -254,3 +254,62 @@ class ClaimRecord:
     owner_pid: int
     run_id: int | None
     claimed_at: datetime
+    heartbeat_at: datetime | None = None
+
+    @property
+    def last_seen(self) -> datetime:
+        """When its owner last said it is alive: the last heartbeat, else the claim itself."""
+        return self.heartbeat_at or self.claimed_at
+
+
+#: Seconds between two heartbeats of a claim while its measurement runs (`Store.beat`).
+CLAIM_BEAT_S = 10.0
+
+#: A RUNNING claim is live while its last heartbeat is at most this old (three beats
+#: missed: the process that holds it is gone or stuck); see `Store.live_claims`.
+LIVE_WITHIN_S = 3 * CLAIM_BEAT_S
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One process that claimed work in a study, as its claims add up (`Store.workers`).
+
+    `interrupted` counts claims it left interrupted or marked for a retry;
+    `last_seen` is its latest heartbeat (or claim); `live` is True while one
+    of its running claims has a heartbeat within `LIVE_WITHIN_S`.
+    """
+
+    owner_host: str
+    owner_pid: int
+    done: int
+    running: int
+    interrupted: int
+    last_seen: datetime
+    live: bool
+
+    @property
+    def owner(self) -> str:
+        """`host:pid`, as the study's trials name their owner."""
+        return f"{self.owner_host}:{self.owner_pid}"
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A finished run to store with `Store.record_runs`: the arguments of `record_run`.
+
+    With `claim_key`, the run is stored together with its claim, as if it had
+    been claimed (`Store.claim`, key `claim_key`, in `env_key`, by `owner`)
+    and recorded with it: the claim ends in `claim_state` and links to the run.
+    """
+
+    trial_number: int | None
+    role: Role
+    flags: Mapping[str, FlagValue]
+    env: Mapping[str, str]
+    outcome: TrialOutcome
+    environment: Environment | None = None
+    ratio: float | None = None
+    env_key: str | None = None
+    claim_key: str | None = None
+    owner: tuple[str, int] = ("", 0)
+    claim_state: ClaimState = ClaimState.DONE

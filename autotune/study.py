@@ -18,7 +18,10 @@ before it is measured (`Store.claim`), per environment (`trials.environment_key`
 and the claim also enforces `--trials`. A trial left running by a process that
 died is marked `interrupted` at the next start (`StudyRunner.reap`: its owner,
 host and pid, is gone) or by Optuna's heartbeat (another host), and its
-configuration may be claimed again.
+configuration may be claimed again. While a claimed measurement runs, the
+claim's own heartbeat is beaten every `CLAIM_BEAT_S` seconds
+(`autotune.heartbeat`), so a reader tells a live worker from a dead one
+(`Store.live_claims`).
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ from autotune._optuna import (
 from autotune._proc import deferred_interrupt, process_alive, raise_if_interrupted
 from autotune.errors import BaselineFailedError
 from autotune.flags.compose import compiler_options, config_key, effective_config
-from autotune.launcher import Launcher
+from autotune.heartbeat import claim_heartbeat
+from autotune.launcher import Launcher, TrialRequest
 from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values
 from autotune.records import (
+    CLAIM_BEAT_S,
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
@@ -365,7 +370,7 @@ class StudyRunner:
             while state.next is not None:
                 for _ in range(state.next.runs):
                     raise_if_interrupted()
-                    outcome = self._shrink_run(state.trial_number, state.next)
+                    outcome = self._shrink_run(state.trial_number, state.next, claim.id)
                     if on_run:
                         on_run(ShrinkEvent(state.trial_number, state.next, outcome))
                 runs = self.store.runs(self.plan.name, env_key=self.env_key)
@@ -375,19 +380,27 @@ class StudyRunner:
                 self.store.release(claim.id)
         return state
 
-    def _shrink_run(self, number: int, step: Step) -> TrialOutcome:
-        """Measure one step of shrinking and store it under trial `number`."""
+    def _shrink_run(self, number: int, step: Step, claim_id: int) -> TrialOutcome:
+        """Measure one step of shrinking (under the claim `claim_id`) and store it under
+        trial `number`."""
         reference = step.reference
         request = replace(
             self.judge.request(step.flags), timed=step.timed, reference=reference,
             reference_options=compiler_options(reference, self.judge.catalog)
             if reference is not None else None)
-        outcome = self.launcher.launch(request)
+        outcome = self._measure(request, claim_id)
         with deferred_interrupt():
             self.store.record_run(self.plan.name, number, step.role, step.flags,
                                   self.judge.user_env(step.flags), outcome,
                                   environment_of(outcome.measurement), env_key=self.env_key)
         return outcome
+
+    def _measure(self, request: TrialRequest, claim_id: int) -> TrialOutcome:
+        """Launch one measurement under the claim `claim_id`, beating its heartbeat every
+        `CLAIM_BEAT_S` seconds meanwhile, so readers see a live worker
+        (`Store.live_claims`)."""
+        with claim_heartbeat(self.store, claim_id, CLAIM_BEAT_S):
+            return self.launcher.launch(request)
 
     def _wait_for_search(self) -> None:
         """Block while other processes still measure search trials in this environment, so
@@ -407,7 +420,7 @@ class StudyRunner:
         if claim is None or verdict is not ClaimVerdict.CLAIMED:
             return None
         try:
-            outcome = self.launcher.launch(self.judge.request(flags))
+            outcome = self._measure(self.judge.request(flags), claim.id)
         except BaseException:
             with deferred_interrupt():
                 self.store.release(claim.id)
@@ -509,7 +522,7 @@ class StudyRunner:
         if role is not Role.BASELINE and request.compiler_options is not None:
             request = replace(request, known_programs=index.known_programs())
         with beating(study, trial):
-            outcome = self.launcher.launch(request)  # Ctrl-C here kills the child
+            outcome = self._measure(request, claim.id)  # Ctrl-C here kills the child
         with deferred_interrupt():  # recorded and told together, or neither
             outcome = self.judge.guard(outcome)
             ratio = self.judge.ratio(outcome)

@@ -7,6 +7,7 @@ new database.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import random
@@ -14,12 +15,22 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from autotune.records import ClaimState, ClaimVerdict, OutcomeKind, Role, TrialOutcome
+from autotune.errors import StorageError, StudyNotFoundError
+from autotune.records import (
+    LIVE_WITHIN_S,
+    ClaimState,
+    ClaimVerdict,
+    NewRun,
+    OutcomeKind,
+    Role,
+    TrialOutcome,
+)
 from autotune.storage import Store
 
 ME = ("host-a", 4242)
@@ -157,3 +168,103 @@ def test_two_study_processes_on_one_new_database_share_the_trials_exactly(tmp_pa
     states = Counter(s for (s,) in _rows(url, "select state from autotune_claims"))
     assert set(states) == {"done"}, states
     assert _rows(url, "select count(*) from trials where state = 'RUNNING'") == [(0,)]
+
+
+# --- runs stored in bulk with their claims -----------------------------------------------
+
+
+def test_runs_stored_in_bulk_carry_their_done_claims(store, url):
+    ok = TrialOutcome(OutcomeKind.OK, "")
+    ids = store.record_runs("s", [
+        NewRun(0, Role.BASELINE, {}, {}, ok, env_key="host-a", claim_key="", owner=ME),
+        NewRun(1, Role.SEARCH, {"f": 1}, {}, ok, env_key="host-a", claim_key="--f=1",
+               owner=("host-a", 7)),
+        NewRun(1, Role.FINGERPRINT, {"f": 1}, {}, ok, env_key="host-a"),  # no claim
+    ])
+    claims = store.claims("s")
+    assert [(c.key, c.state, c.run_id, c.owner_pid, c.role) for c in claims] == [
+        ("", ClaimState.DONE, ids[0], 4242, Role.BASELINE),
+        ("--f=1", ClaimState.DONE, ids[1], 7, Role.SEARCH)]
+    assert all(c.heartbeat_at == c.claimed_at for c in claims)
+    assert claim(store, "--f=1")[0] is ClaimVerdict.TAKEN
+    assert _rows(url, "select claims_made from autotune_studies") == [(3,)]  # 2 + that claim
+
+
+def test_runs_stored_in_bulk_with_a_key_claimed_already_store_nothing(store):
+    claim(store, "--f=1")
+    run = NewRun(1, Role.SEARCH, {"f": 1}, {}, TrialOutcome(OutcomeKind.OK, ""),
+                 env_key="host-a", claim_key="--f=1")
+    with pytest.raises(StorageError, match="claimed already.*nothing was stored"):
+        store.record_runs("s", [dataclasses.replace(run, claim_key="--f=2"), run])
+    assert store.runs("s") == [] and [c.key for c in store.claims("s")] == ["--f=1"]
+
+
+# --- heartbeats ----------------------------------------------------------------------------
+
+
+def _age_heartbeat(url: str, claim_id: int, seconds: float, column: str = "heartbeat_at"):
+    """Move the claim's heartbeat (or claim time) `seconds` into the past."""
+    engine = create_engine(url)
+    then = datetime.now(UTC).replace(tzinfo=None) - timedelta(seconds=seconds)
+    with engine.begin() as connection:
+        connection.execute(text(f"update autotune_claims set {column} = :then where id = :id"),
+                           {"then": then, "id": claim_id})
+    engine.dispose()
+
+
+def test_a_new_claim_is_live_and_its_beat_moves_its_heartbeat(store, url):
+    _, mine = claim(store, "--a=1")
+    assert mine.heartbeat_at == mine.claimed_at
+    assert [c.id for c in store.live_claims("s")] == [mine.id]
+    _age_heartbeat(url, mine.id, 20)
+    (aged,) = store.claims("s")
+    assert store.beat(mine.id) is True
+    (beaten,) = store.claims("s")
+    assert beaten.heartbeat_at > aged.heartbeat_at and beaten.claimed_at == mine.claimed_at
+    assert beaten.last_seen == beaten.heartbeat_at
+
+
+def test_a_claim_whose_heartbeat_is_old_is_not_live(store, url):
+    _, stale = claim(store, "--a=1")
+    _, fresh = claim(store, "--a=2")
+    _age_heartbeat(url, stale.id, 3 * LIVE_WITHIN_S)
+    assert [c.id for c in store.live_claims("s")] == [fresh.id]
+    assert [c.id for c in store.live_claims("s", within_s=10 * LIVE_WITHIN_S)] == [
+        stale.id, fresh.id]
+    assert store.beat(stale.id) is True  # its worker was only slow: live again
+    assert [c.id for c in store.live_claims("s")] == [stale.id, fresh.id]
+
+
+def test_a_claim_made_before_heartbeats_counts_from_when_it_was_claimed(store, url):
+    _, old = claim(store, "--a=1")
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("update autotune_claims set heartbeat_at = null"))
+    engine.dispose()
+    assert store.claims("s")[0].heartbeat_at is None
+    assert [c.id for c in store.live_claims("s")] == [old.id]
+    _age_heartbeat(url, old.id, 3 * LIVE_WITHIN_S, column="claimed_at")
+    assert store.live_claims("s") == []
+
+
+def test_a_released_or_finished_claim_is_not_live_and_does_not_beat(store):
+    _, released = claim(store, "--a=1")
+    _, finished = claim(store, "--a=2")
+    store.release(released.id)
+    store.record_run("s", 1, Role.SEARCH, {}, {}, TrialOutcome(OutcomeKind.OK, ""),
+                     claim_id=finished.id)
+    assert store.live_claims("s") == []
+    assert store.beat(released.id) is False and store.beat(finished.id) is False
+    assert store.beat(10_000) is False  # no such claim
+    assert [c.state for c in store.claims("s")] == [ClaimState.INTERRUPTED, ClaimState.DONE]
+
+
+def test_live_claims_of_every_study_name_their_study(store):
+    store.ensure_study("t", "cpu", "matmul", "tiny", 1, "paired")
+    _, mine = claim(store, "--a=1")
+    _, theirs = store.claim("t", "host-b", "--b=1", Role.CONFIRM, {}, 2, ("host-b", 1))
+    assert [(c.id, c.study_name) for c in store.live_claims()] == [(mine.id, "s"),
+                                                                    (theirs.id, "t")]
+    assert [c.id for c in store.live_claims("t")] == [theirs.id]
+    with pytest.raises(StudyNotFoundError):
+        store.live_claims("nope")

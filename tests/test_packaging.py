@@ -81,7 +81,11 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("autotune.cli", {"jax", "jaxlib"}),
+        ("autotune.cli", {"jax", "jaxlib", "starlette", "uvicorn", "jinja2", "matplotlib",
+                          "plotly"}),
+        ("autotune.dashboard.app", {"jax", "optuna", "typer", "matplotlib"}),
+        ("autotune.report", {"jax", "optuna", "typer", "starlette", "uvicorn", "matplotlib"}),
+        ("autotune.results.view", {"jax", "optuna", "sqlalchemy", "starlette", "jinja2"}),
         ("autotune.study", {"jax", "jaxlib"}),
         ("autotune.search", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
@@ -114,6 +118,19 @@ def test_the_read_model_imports_no_runner_launcher_storage_or_cli():
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert len(modules) >= 5 and done.stdout.strip() == "[]"
+
+
+def test_only_the_dashboard_imports_the_web_framework():
+    """Starlette and uvicorn belong to `autotune.dashboard.app` (and the command that starts
+    it); jinja2 to the dashboard's templates, which the report reuses."""
+    allowed = {"starlette": {"dashboard/app.py"}, "uvicorn": {"cli/dashboard.py"},
+               "jinja2": {"dashboard/render.py"}}
+    for path in (ROOT / "autotune").rglob("*.py"):
+        text = path.read_text()
+        rel = path.relative_to(ROOT / "autotune").as_posix()
+        for library, owners in allowed.items():
+            if f"import {library}" in text or f"from {library}" in text:
+                assert rel in owners, f"{rel} imports {library}"
 
 
 def test_the_mutation_testing_configuration_names_files_that_exist():

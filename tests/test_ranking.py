@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autotune.flags.catalog import load_catalog
 from autotune.records import (
@@ -769,3 +771,24 @@ def test_untimed_configurations_over_the_budget_count_once_each_and_confirmation
     s.add(Role.CONFIRM, {LEVEL: 0}, None, trial=1, kind=OutcomeKind.OVER_BUDGET)
     assert over_budget(s.runs, 20 * MiB) == 3
     assert over_budget(s.runs, None) == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from([0.8, 0.9, 1.0, 1.1]),
+                          st.sampled_from([1, 2, 3, 4])), min_size=1, max_size=12))
+def test_the_pareto_front_is_every_point_no_other_beats_on_both(points):
+    """The sweep keeps exactly what the definition keeps, in (time, memory) order, ties
+    (equal time and memory) included."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=3 * MiB, same=True))
+    for i, (ratio, mib) in enumerate(points):
+        s.add(Role.SEARCH, {WIDTH: 100 + i}, ratio, m=measurement(ratio, memory=mib * MiB))
+    candidates = ranked(s.runs) + s.runs[:1]
+
+    def beats(a, b):
+        ta, tb, ma, mb = a.ratio, b.ratio, a.outcome.measurement.peak_memory_bytes, \
+            b.outcome.measurement.peak_memory_bytes
+        return ta <= tb and ma <= mb and (ta < tb or ma < mb)
+
+    expected = sorted((r for r in candidates if not any(beats(o, r) for o in candidates)),
+                      key=lambda r: (r.ratio, r.outcome.measurement.peak_memory_bytes))
+    assert [r.id for r in pareto_front(s.runs)] == [r.id for r in expected]

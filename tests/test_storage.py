@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import multiprocessing
 import shutil
@@ -36,8 +37,10 @@ from autotune.records import (
     Environment,
     Measurement,
     MeasureMode,
+    NewRun,
     OutcomeKind,
     Role,
+    RunRecord,
     TrialOutcome,
 )
 from autotune.storage import HEAD_REVISION, Store
@@ -228,6 +231,31 @@ def test_upgrade_from_0001_keeps_studies_and_says_they_optimised_time(
         record = store.get_study("old")
     assert record.objectives == ("time",)
     assert record.memory_budget_bytes is None
+
+
+def test_upgrade_from_0004_keeps_claims_without_a_heartbeat_and_indexes_reads(url: str) -> None:
+    command.upgrade(_alembic_config(url), "0004")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO autotune_studies (name, space, benchmark, preset, devices, mode, "
+            "created_at, objectives, claims_made) VALUES ('old', 'cpu', 'matmul', 'tiny', 1, "
+            "'paired', '2026-01-01', 'time', 1)"))
+        conn.execute(text(
+            "INSERT INTO autotune_claims (study_id, env_key, key_hash, key, role, flags, "
+            "state, owner_host, owner_pid, claimed_at, updated_at) SELECT id, 'h', 'x', '', "
+            "'baseline', '{}', 'running', 'h', 1, :now, :now FROM autotune_studies"),
+            {"now": datetime.now(UTC).replace(tzinfo=None)})
+    with Store.open(url) as store:
+        assert store.current_revision() == HEAD_REVISION
+        (old,) = store.claims("old")
+        assert old.heartbeat_at is None and old.last_seen == old.claimed_at
+        assert [c.id for c in store.live_claims("old")] == [old.id]  # claimed just now
+        assert store.beat(old.id) is True and store.claims("old")[0].heartbeat_at is not None
+    indexes = {i["name"] for table in ("autotune_runs", "autotune_claims")
+               for i in inspect(engine).get_indexes(table)}
+    engine.dispose()
+    assert {"ix_autotune_runs_study_id_role", "ix_autotune_claims_state_study_id"} <= indexes
 
 
 def test_resuming_with_other_objectives_is_refused(sqlite_url: str) -> None:
@@ -443,6 +471,55 @@ def test_runs_filters_by_role_and_kind_in_order(store: Store) -> None:
     assert [r.id for r in store.runs("s1", kinds=["crashed"])] == [ids[1]]
     assert [r.id for r in store.runs("s1", roles=["search", "confirm"], kinds=["ok"])] == ids[2:]
     assert store.runs("s1", roles=[]) == []
+
+
+def test_record_runs_stores_in_one_go_what_record_run_stores_one_at_a_time(
+    store: Store, url: str
+) -> None:
+    elsewhere = dataclasses.replace(HERE, host="node-2")
+    batch = [NewRun(None, Role.BASELINE, {}, ENV, OK, HERE),
+             NewRun(3, Role.SEARCH, FLAGS, ENV, CRASH),
+             NewRun(4, Role.SEARCH, FLAGS, ENV, OK, elsewhere, ratio=0.5, env_key="node-2"),
+             NewRun(4, Role.CONFIRM, FLAGS, ENV, OK, HERE)]
+    ids = store.record_runs("s1", batch)
+    store.ensure_study("s2", "gpu-collectives", "transformer", "small", 8, "paired")
+    for run in batch:
+        store.record_run("s2", run.trial_number, run.role, run.flags, run.env, run.outcome,
+                         run.environment, ratio=run.ratio, env_key=run.env_key)
+
+    def comparable(record: RunRecord) -> RunRecord:
+        return dataclasses.replace(record, id=0, study_name="", created_at=datetime.min)
+
+    bulk, single = store.runs("s1"), store.runs("s2")
+    assert [r.id for r in bulk] == ids == sorted(ids) and len(ids) == 4
+    assert [comparable(r) for r in bulk] == [comparable(r) for r in single]
+    assert bulk[2].ratio == 0.5 and bulk[2].env_key == "node-2"
+    assert _count(url, "autotune_environments") == 2
+    assert store.record_runs("s1", []) == []
+
+
+def test_reading_a_study_never_imports_alembic(url: str) -> None:
+    """Alembic takes longer to import than a large study takes to read: only migrating
+    needs it."""
+    with Store.open(url) as store:
+        store.ensure_study("s1", "cpu", "matmul", "tiny", 1, "paired")
+    code = ("import sys; from autotune.storage import Store; "
+            f"store = Store.open({url!r}, upgrade=False); store.runs('s1'); "
+            "print(store.current_revision(), 'alembic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [HEAD_REVISION, "False"]
+
+
+def test_the_json_columns_read_back_whatever_their_spacing() -> None:
+    from autotune.storage.store import _json_loads
+
+    assert _json_loads('{"a": [1, 2.5]}') == {"a": [1, 2.5]}
+    assert _json_loads(' [1] ') == [1] and _json_loads("null") is None
+    assert _json_loads(b'{"a": 1}') == {"a": 1}  # psycopg hands bytes
+    with pytest.raises(json.JSONDecodeError):
+        _json_loads("[1] [2]")
 
 
 def test_environment_inserted_meanwhile_by_another_process(

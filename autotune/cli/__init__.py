@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from autotune.cli import apply, catalog, importance, results, study
+from autotune.cli import apply, catalog, dashboard, importance, results, study
 from autotune.cli._common import friendly
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -30,6 +30,8 @@ app.command("studies")(friendly(results.studies))
 app.command("trials")(friendly(results.trials))
 app.command("importance")(friendly(importance.importance))
 app.command("apply")(friendly(apply.apply))
+app.command("dashboard")(friendly(dashboard.dashboard))
+app.command("report")(friendly(dashboard.report))
 spaces_app.command("list")(friendly(catalog.spaces_list))
 spaces_app.command("show")(friendly(catalog.spaces_show))
 spaces_app.command("validate")(friendly(catalog.spaces_validate))

@@ -31,16 +31,23 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
 
     from autotune.flags.catalog import load_catalog
     from autotune.results.notes import study_notes
-    from autotune.results.ranking import best_row_json, best_rows, recommend, verdict_text
+    from autotune.results.ranking import (
+        best_row_json,
+        best_rows,
+        ordered,
+        recommend,
+        verdict_text,
+    )
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
+    order = ordered(runs, record.objectives, record.memory_budget_bytes)
     rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
-                     objectives=record.objectives)
+                     objectives=record.objectives, order=order)
     if fmt == OutputFormat.JSON:
         print_json([best_row_json(row) for row in rows])
         return
-    rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+    rec = recommend(runs, record.objectives, record.memory_budget_bytes, order=order)
     out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
                       if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
               highlight=False, width=TABLE_WIDTH)
@@ -77,7 +84,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
 
     from autotune.flags.catalog import load_catalog
     from autotune.records import Role
-    from autotune.results.confirmation import confirmation
+    from autotune.results.confirmation import Confirmations
     from autotune.results.ranking import changed_flags, pareto_front, peak_memory, verdict_text
 
     catalog = load_catalog()
@@ -87,10 +94,11 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
     front = pareto_front(runs, record.memory_budget_bytes)
+    confirmations = Confirmations.of(runs)
     for run in front:
         baseline = run.role is Role.BASELINE
         table.add_row(str(run.trial_number), f"×{run.speedup:.3f}", fmt_bytes(peak_memory(run)),
-                      "(baseline)" if baseline else verdict_text(confirmation(runs, run)))
+                      "(baseline)" if baseline else verdict_text(confirmations.of_run(run)))
     out.print(table)
     _print_flags([(f"trial {run.trial_number}", changed_flags(run.flags, catalog))
                   for run in front if run.role is not Role.BASELINE])

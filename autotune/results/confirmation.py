@@ -79,18 +79,56 @@ def confirm_runs(runs: list[RunRecord], trial_number: int | None) -> list[RunRec
 def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | None:
     """The confirmation of `source`'s configuration, or None when none was made (or the
     run belongs to no trial)."""
-    if source.trial_number is None:  # a run outside any trial: nothing confirms it
-        return None
-    if not needs_confirmation(source):
-        return Confirmation(source.trial_number, source.flags, None, 0, 0, same_program=True)
-    mine = confirm_runs(runs, source.trial_number)
-    if not mine:
-        return None
-    good = [r.outcome.measurement for r in mine if r.outcome.ok and r.outcome.measurement]
-    estimate = _estimate(good, _baseline_runs(runs)) if good else None
-    wrong = sum(r.outcome.kind in NUMERICS_KINDS for r in mine)
-    return Confirmation(source.trial_number, source.flags, estimate, len(mine),
-                        len(mine) - len(good), numerics_failures=wrong)
+    return Confirmations.of(runs).of_run(source)
+
+
+class Confirmations:
+    """A study's CONFIRM runs by trial number, gathered in one pass over its runs.
+
+    `of_run(source)` is `confirmation(runs, source)`; a caller that asks for
+    many configurations (every ranked row) reads the runs once instead of
+    once per configuration.
+    """
+
+    def __init__(self, by_trial: dict[int | None, list[RunRecord]],
+                 baseline_number: int | None) -> None:
+        self._by_trial = by_trial
+        self._baseline_number = baseline_number
+        self._baseline: list[list[float]] | None = None
+
+    @classmethod
+    def of(cls, runs: list[RunRecord]) -> Confirmations:
+        """The confirmation runs of `runs`, in the order they ran."""
+        by_trial: dict[int | None, list[RunRecord]] = {}
+        for run in runs:
+            if run.role is Role.CONFIRM:
+                by_trial.setdefault(run.trial_number, []).append(run)
+        return cls(by_trial, baseline_trial(runs))
+
+    def of_run(self, source: RunRecord) -> Confirmation | None:
+        """`confirmation(runs, source)`."""
+        if source.trial_number is None:  # a run outside any trial: nothing confirms it
+            return None
+        if not needs_confirmation(source):
+            return Confirmation(source.trial_number, source.flags, None, 0, 0,
+                                same_program=True)
+        mine = self._by_trial.get(source.trial_number, [])
+        if not mine:
+            return None
+        good = [r.outcome.measurement for r in mine if r.outcome.ok and r.outcome.measurement]
+        estimate = _estimate(good, self._baseline_steps()) if good else None
+        wrong = sum(r.outcome.kind in NUMERICS_KINDS for r in mine)
+        return Confirmation(source.trial_number, source.flags, estimate, len(mine),
+                            len(mine) - len(good), numerics_failures=wrong)
+
+    def _baseline_steps(self) -> list[list[float]]:
+        """The step times of the baseline's own successful CONFIRM runs (DIRECT mode)."""
+        if self._baseline is None:
+            number = self._baseline_number
+            self._baseline = [] if number is None else [
+                list(r.outcome.measurement.step_times_s) for r in self._by_trial.get(number, [])
+                if r.outcome.ok and r.outcome.measurement is not None]
+        return self._baseline
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:
@@ -102,12 +140,6 @@ def needs_confirmation(source: RunRecord) -> bool:
     """False for a configuration that compiled to the baseline's very program (PAIRED mode)."""
     m = source.outcome.measurement
     return not (m is not None and m.mode is MeasureMode.PAIRED and m.same_program_as_baseline)
-
-
-def _baseline_runs(runs: list[RunRecord]) -> list[list[float]]:
-    number = baseline_trial(runs)
-    return [list(r.outcome.measurement.step_times_s) for r in confirm_runs(runs, number)
-            if r.outcome.ok and r.outcome.measurement is not None] if number is not None else []
 
 
 def _estimate(good: list[Measurement], direct_baseline: list[list[float]]) -> RatioEstimate | None:

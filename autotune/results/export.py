@@ -11,6 +11,7 @@ defaults; otherwise the document holds the defaults (nothing to set).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -24,6 +25,7 @@ from autotune.flags.compose import shell_exports
 from autotune.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
 from autotune.results.ranking import (
+    Order,
     best_row_json,
     best_rows,
     changed_flags,
@@ -89,6 +91,15 @@ def _measured_on(run: RunRecord, study: StudyRecord) -> dict[str, Any]:
     }
 
 
+def exported_at() -> str:
+    """Now, in UTC to the second; or the time `SOURCE_DATE_EPOCH` names, the convention of
+    reproducible builds, so two exports of one study (the CLI's and the dashboard's) can
+    be compared byte for byte."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    moment = datetime.fromtimestamp(int(epoch), UTC) if epoch.isdigit() else datetime.now(UTC)
+    return moment.isoformat(timespec="seconds")
+
+
 def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
                     rank: int | None = None, trial: int | None = None,
                     candidates: int = 10) -> dict[str, Any]:
@@ -107,7 +118,7 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
             ran successfully (not even the baseline).
     """
     order = ordered(runs, study.objectives, study.memory_budget_bytes)
-    rec = recommend(runs, study.objectives, study.memory_budget_bytes)
+    rec = recommend(runs, study.objectives, study.memory_budget_bytes, order=order)
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if rank is not None or trial is not None:
         position = _pick(study, order, rank, trial)
@@ -135,14 +146,14 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         "rank": position,
         **body,
         "measured_on": _measured_on(run, study),
-        "candidates": _candidates(runs, catalog, study, candidates),
+        "candidates": _candidates(runs, catalog, study, candidates, order),
         "objectives": list(study.objectives),
         "memory_budget_bytes": study.memory_budget_bytes,
-        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "exported_at": exported_at(),
     }
 
 
-def _pick(study: StudyRecord, order: list[tuple[RunRecord, Confirmation | None]],
+def _pick(study: StudyRecord, order: Order,
           rank: int | None, trial: int | None) -> int:
     """The index into `order` of `--rank N` or `--trial N`."""
     if trial is not None:
@@ -232,10 +243,10 @@ def _defaults(baseline: RunRecord) -> dict[str, Any]:
 
 
 def _candidates(runs: list[RunRecord], catalog: Any, study: StudyRecord,
-                limit: int) -> list[dict[str, Any]]:
+                limit: int, order: Order) -> list[dict[str, Any]]:
     """The first `limit` rows of `best --format json` (the baseline row left out)."""
     rows = best_rows(runs, catalog, limit=limit, memory_budget=study.memory_budget_bytes,
-                     objectives=study.objectives)
+                     objectives=study.objectives, order=order)
     return [best_row_json(row) for row in rows if row.rank is not None]
 
 

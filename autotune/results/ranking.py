@@ -8,11 +8,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
 from autotune.records import FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
-from autotune.results.confirmation import Confirmation, confirmation
+from autotune.results.confirmation import Confirmation, Confirmations
+
+#: A study's configurations best first, each with its confirmation (see `ordered`).
+Order = list[tuple[RunRecord, Confirmation | None]]
 
 #: Runs whose ratio is against XLA's defaults for a configuration the search chose (the
 #: shrinking's runs are against the winner, or of a configuration it made).
@@ -107,8 +111,7 @@ def _measured_elsewhere(run: RunRecord) -> bool:
     return m is not None and m.same_program_as is not None
 
 
-def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None
-                    ) -> list[tuple[RunRecord, Confirmation | None]]:
+def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None) -> Order:
     """`ranked(runs)` reordered by what the confirmation phase found, in tiers.
 
     1. confirmed faster with the numerics guard passed, by the lower end of the
@@ -122,7 +125,8 @@ def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None
     A search winner that was luck therefore drops below one the
     re-measurement upholds, and nothing unconfirmed outranks a confirmed gain.
     """
-    pairs = [(run, confirmation(runs, run)) for run in ranked(runs, memory_budget)]
+    confirmations = Confirmations.of(runs)
+    pairs = [(run, confirmations.of_run(run)) for run in ranked(runs, memory_budget)]
     return sorted(pairs, key=lambda p: _tier_key(*p))
 
 
@@ -158,7 +162,8 @@ class Recommendation:
 
 
 def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
-              memory_budget: int | None = None) -> Recommendation:
+              memory_budget: int | None = None, *, order: Order | None = None
+              ) -> Recommendation:
     """The configuration to apply, or XLA's defaults when none is proven better.
 
     Time objective: the first of `confirmed_order` when its confirmed speedup
@@ -166,8 +171,12 @@ def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
     guard. Memory alone: the lowest-memory configuration when its measured
     peak is below the baseline's (the search run passed the numerics guard or
     it would not be ranked) and no confirmation run broke the guard.
+
+    `order` is `ordered(runs, objectives, memory_budget)` when the caller has
+    it already (it is computed once per reading of a study, not once per figure).
     """
-    order = ordered(runs, objectives, memory_budget)
+    if order is None:
+        order = ordered(runs, objectives, memory_budget)
     if tuple(objectives) == ("memory",):
         return _recommend_memory(runs, order)
     if order and order[0][1] is not None and order[0][1].recommendable:
@@ -184,8 +193,7 @@ def _faster_text(conf: Confirmation | None) -> str:
             "guard passed")
 
 
-def _no_gain_reason(order: list[tuple[RunRecord, Confirmation | None]],
-                    runs: list[RunRecord]) -> str:
+def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
     confirmed = [(run, c) for run, c in order if c is not None]
     if not order:
         compiled = [r for r in runs if r.role in RANKED_ROLES and r.outcome.ok]
@@ -222,8 +230,7 @@ def verdict_text(c: Confirmation | None) -> str:
     return text
 
 
-def _recommend_memory(runs: list[RunRecord], order: list[tuple[RunRecord, Confirmation | None]]
-                      ) -> Recommendation:
+def _recommend_memory(runs: list[RunRecord], order: Order) -> Recommendation:
     base = next((peak_memory(r) for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if order and base is not None:
         run, conf = order[0]
@@ -249,7 +256,7 @@ def pick_reason(run: RunRecord, conf: Confirmation | None, rec: Recommendation) 
 
 
 def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
-            memory_budget: int | None = None) -> list[tuple[RunRecord, Confirmation | None]]:
+            memory_budget: int | None = None) -> Order:
     """The study's configurations best first, by what it minimises.
 
     Time (alone or with memory): `confirmed_order`. Memory alone: lowest peak
@@ -260,7 +267,8 @@ def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
         return confirmed_order(runs, memory_budget)
     order = sorted(ranked(runs, memory_budget),
                    key=lambda r: (peak_memory(r) or math.inf, r.ratio or math.inf))
-    return [(run, confirmation(runs, run)) for run in order]
+    confirmations = Confirmations.of(runs)
+    return [(run, confirmations.of_run(run)) for run in order]
 
 
 def pareto_front(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
@@ -271,15 +279,22 @@ def pareto_front(runs: list[RunRecord], memory_budget: int | None = None) -> lis
     """
     base = [r for r in runs if r.role is Role.BASELINE and r.outcome.ok and r.ratio
             and within_budget(r, memory_budget)][:1]
-    points = [r for r in ranked(runs, memory_budget) + base if peak_memory(r) is not None]
-    front = [r for r in points if not any(_dominates(o, r) for o in points)]
-    return sorted(front, key=lambda r: (r.ratio or math.inf, peak_memory(r) or 0))
+    points = sorted((r for r in ranked(runs, memory_budget) + base
+                     if peak_memory(r) is not None), key=_time_memory)
+    front: list[RunRecord] = []
+    least = math.inf  # the least memory of every faster point
+    for _, same_time in groupby(points, key=lambda r: _time_memory(r)[0]):
+        tied = list(same_time)
+        memory = _time_memory(tied[0])[1]  # the group's least: it is sorted by memory
+        if memory < least:  # nothing faster needs as little; within the time, the least
+            front += [r for r in tied if _time_memory(r)[1] == memory]
+        least = min(least, memory)
+    return front
 
 
-def _dominates(a: RunRecord, b: RunRecord) -> bool:
-    ta, tb = a.ratio or math.inf, b.ratio or math.inf
-    ma, mb = peak_memory(a) or 0, peak_memory(b) or 0
-    return ta <= tb and ma <= mb and (ta < tb or ma < mb)
+def _time_memory(run: RunRecord) -> tuple[float, int]:
+    """(ratio, peak memory): what the Pareto front minimises, in sort order."""
+    return run.ratio or math.inf, peak_memory(run) or 0
 
 
 def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
@@ -294,19 +309,22 @@ def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
 
 def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
               memory_budget: int | None = None,
-              objectives: Sequence[str] = ("time",)) -> list[BestRow]:
+              objectives: Sequence[str] = ("time",), *, order: Order | None = None
+              ) -> list[BestRow]:
     """The baseline row (if measured) followed by the `limit` best configurations.
 
     Configurations over `memory_budget` are not ranked (see `ranked`); the
-    order follows `objectives` (see `ordered`).
+    order follows `objectives` (see `ordered`; `order` is that, when the
+    caller has it already).
     """
     rows: list[BestRow] = []
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if baseline is not None:
         rows.append(BestRow(None, baseline, {}))
-    chosen = recommend(runs, objectives, memory_budget).run
-    for rank, (run, conf) in enumerate(ordered(runs, objectives, memory_budget)[:limit],
-                                       start=1):
+    if order is None:
+        order = ordered(runs, objectives, memory_budget)
+    chosen = recommend(runs, objectives, memory_budget, order=order).run
+    for rank, (run, conf) in enumerate(order[:limit], start=1):
         rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf,
                             recommended=chosen is not None and chosen.id == run.id))
     return rows

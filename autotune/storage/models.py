@@ -10,7 +10,7 @@ suite checks that these models and the migrations agree. Rows never leave
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -209,7 +209,11 @@ class RunRow(Base):
     """
 
     __tablename__ = "autotune_runs"
-    __table_args__ = (Index("ix_autotune_runs_study_id_trial_number", "study_id", "trial_number"),)
+    __table_args__ = (
+        Index("ix_autotune_runs_study_id_trial_number", "study_id", "trial_number"),
+        # what a budget counts (`Store.claim`) and the runs of some roles (`Store.runs`)
+        Index("ix_autotune_runs_study_id_role", "study_id", "role"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"))
@@ -256,56 +260,77 @@ class RunRow(Base):
 
     def to_record(self, study_name: str) -> RunRecord:
         """The plain record of this row (its `environment` must be loaded)."""
-        return RunRecord(
-            id=self.id,
-            study_name=study_name,
-            trial_number=self.trial_number,
-            role=Role(self.role),
-            flags=dict(self.flags),
-            env=dict(self.env),
-            outcome=self._outcome(),
-            created_at=_aware(self.created_at),
-            environment=None if self.environment is None else self.environment.to_record(),
-            ratio=self.ratio,
-            env_key=self.env_key,
-        )
+        environment = None if self.environment is None else self.environment.to_record()
+        values = {column.key: getattr(self, column.key) for column in RUN_COLUMNS}
+        return run_record(values, study_name, environment)
 
-    def _outcome(self) -> TrialOutcome:
-        return TrialOutcome(
-            kind=OutcomeKind(self.kind),
-            message=self.message,
-            measurement=self._measurement(),
-            duration_s=self.duration_s,
-            exit_code=self.exit_code,
-            signal=self.signal,
-            stdout_tail=self.stdout_tail,
-            stderr_tail=self.stderr_tail,
-        )
 
-    def _measurement(self) -> Measurement | None:
-        if self.mode is None:
-            return None
-        return Measurement(
-            step_times_s=tuple(self.step_times),
-            compile_time_s=self.compile_time_s or 0.0,
-            mode=MeasureMode(self.mode),
-            baseline_step_times_s=tuple(self.baseline_step_times),
-            first_step_time_s=self.first_step_time_s,
-            peak_memory_bytes=self.peak_memory_bytes,
-            memory_source=self.memory_source or "",
-            rss_peak_bytes=self.rss_peak_bytes,
-            checksum=self.checksum,
-            baseline_checksum=self.baseline_checksum,
-            hlo_stats=dict(self.hlo_stats),
-            fingerprint=self.fingerprint,
-            baseline_fingerprint=self.baseline_fingerprint,
-            jax_version=self.jax_version or "",
-            jaxlib_version=self.jaxlib_version or "",
-            backend=self.backend or "",
-            device_kind=self.device_kind or "",
-            device_count=self.device_count or 0,
-            **_extras_fields(self.extras or {}),
-        )
+#: The columns of `autotune_runs`, in the order `Store.runs` selects them.
+RUN_COLUMNS = tuple(RunRow.__table__.columns)
+
+# Members by value: a dict lookup, where calling the enum costs a microsecond per row.
+_ROLES = {str(member): member for member in Role}
+_KINDS = {str(member): member for member in OutcomeKind}
+_MODES = {str(member): member for member in MeasureMode}
+
+
+def run_record(values: Mapping[str, Any], study_name: str,
+               environment: Environment | None) -> RunRecord:
+    """The plain record of a run from its column values (`RUN_COLUMNS` keys).
+
+    `Store.runs` reads the columns without building ORM objects (a study may
+    hold thousands of runs) and hands each environment's record to every run
+    of that environment.
+    """
+    return RunRecord(
+        id=values["id"],
+        study_name=study_name,
+        trial_number=values["trial_number"],
+        role=_ROLES.get(values["role"]) or Role(values["role"]),
+        flags=dict(values["flags"]),
+        env=dict(values["env"]),
+        outcome=TrialOutcome(
+            kind=_KINDS.get(values["kind"]) or OutcomeKind(values["kind"]),
+            message=values["message"],
+            measurement=_measurement(values),
+            duration_s=values["duration_s"],
+            exit_code=values["exit_code"],
+            signal=values["signal"],
+            stdout_tail=values["stdout_tail"],
+            stderr_tail=values["stderr_tail"],
+        ),
+        created_at=_aware(values["created_at"]),
+        environment=environment,
+        ratio=values["ratio"],
+        env_key=values["env_key"],
+    )
+
+
+def _measurement(values: Mapping[str, Any]) -> Measurement | None:
+    mode = values["mode"]
+    if mode is None:
+        return None
+    return Measurement(
+        step_times_s=tuple(values["step_times"]),
+        compile_time_s=values["compile_time_s"] or 0.0,
+        mode=_MODES.get(mode) or MeasureMode(mode),
+        baseline_step_times_s=tuple(values["baseline_step_times"]),
+        first_step_time_s=values["first_step_time_s"],
+        peak_memory_bytes=values["peak_memory_bytes"],
+        memory_source=values["memory_source"] or "",
+        rss_peak_bytes=values["rss_peak_bytes"],
+        checksum=values["checksum"],
+        baseline_checksum=values["baseline_checksum"],
+        hlo_stats=dict(values["hlo_stats"]),
+        fingerprint=values["fingerprint"],
+        baseline_fingerprint=values["baseline_fingerprint"],
+        jax_version=values["jax_version"] or "",
+        jaxlib_version=values["jaxlib_version"] or "",
+        backend=values["backend"] or "",
+        device_kind=values["device_kind"] or "",
+        device_count=values["device_count"] or 0,
+        **_extras_fields(values["extras"] or {}),
+    )
 
 
 class ClaimRow(Base):
@@ -318,8 +343,11 @@ class ClaimRow(Base):
     """
 
     __tablename__ = "autotune_claims"
-    __table_args__ = (UniqueConstraint("study_id", "env_key", "key_hash",
-                                       name="uq_autotune_claims_identity"),)
+    __table_args__ = (
+        UniqueConstraint("study_id", "env_key", "key_hash", name="uq_autotune_claims_identity"),
+        # running claims, of one study or of all (`Store.claims`, `Store.live_claims`)
+        Index("ix_autotune_claims_state_study_id", "state", "study_id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"))
@@ -335,6 +363,8 @@ class ClaimRow(Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_runs.id"))
     claimed_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow, onupdate=utcnow)
+    # The last sign of life of its owner (`Store.beat`); NULL for claims made before 0005.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime())
 
     def to_record(self, study_name: str) -> ClaimRecord:
         """The plain record of this row."""
@@ -343,6 +373,7 @@ class ClaimRow(Base):
             role=Role(self.role), flags=dict(self.flags), trial_number=self.trial_number,
             state=ClaimState(self.state), owner_host=self.owner_host, owner_pid=self.owner_pid,
             run_id=self.run_id, claimed_at=_aware(self.claimed_at),
+            heartbeat_at=None if self.heartbeat_at is None else _aware(self.heartbeat_at),
         )
 
 

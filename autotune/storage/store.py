@@ -10,42 +10,57 @@ out plain records from `autotune.records`, never ORM rows.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
+import json
 import random
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import UTC, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.util import CommandError
-from sqlalchemy import Engine, create_engine, exc, func, inspect, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    column,
+    create_engine,
+    exc,
+    func,
+    insert,
+    inspect,
+    select,
+    table,
+    update,
+)
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.orm import Session, joinedload, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from autotune._resources import data_dir
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.records import (
+    LIVE_WITHIN_S,
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
     Environment,
     FlagValue,
     MeasureMode,
+    NewRun,
     OutcomeKind,
     Role,
     RunRecord,
     StudyRecord,
     TrialOutcome,
+    WorkerRecord,
 )
 from autotune.storage.models import (
+    RUN_COLUMNS,
     VERSION_TABLE,
     Base,
     ClaimRow,
@@ -53,10 +68,14 @@ from autotune.storage.models import (
     RunRow,
     StudyRow,
     outcome_columns,
+    run_record,
     utcnow,
 )
 
-HEAD_REVISION = "0004"
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+HEAD_REVISION = "0005"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 SQLITE_TIMEOUT_S = 30.0
@@ -125,9 +144,27 @@ def _connect_args(url: URL) -> dict[str, Any]:
     return {}
 
 
+_JSON = json.JSONDecoder()
+
+
+def _json_loads(text: str | bytes) -> Any:
+    """`json.loads`, quicker on what the store wrote itself (a document with nothing around
+    it): the decoder's own entry point; anything else goes to `json.loads`, which parses it
+    or raises as it always did. Bytes (psycopg's) are decoded as `json.loads` decodes them.
+    A study's runs hold six JSON columns each."""
+    if isinstance(text, bytes | bytearray):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    try:
+        value, end = _JSON.raw_decode(text)
+    except ValueError:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
 def _create_engine(url: URL, shown: str) -> Engine:
     try:
-        return create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True)
+        return create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True,
+                             json_deserializer=_json_loads)
     except exc.NoSuchModuleError as error:
         raise StorageError(
             f"unknown database kind {url.drivername!r} in storage URL {shown}; {URL_HINT}"
@@ -142,11 +179,29 @@ def _create_engine(url: URL, shown: str) -> Engine:
 
 
 def _current_revision(connection: Connection) -> str | None:
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-    return context.get_current_revision()
+    """The revision stamped in autotune's version table; None without the table or a stamp.
+
+    Read with a plain query, as Alembic would read it: Alembic itself is
+    imported only to migrate (importing it takes longer than reading a study).
+
+    Raises:
+        StorageError: the table holds more than one revision (Alembic's branches,
+            which autotune's linear history never makes).
+    """
+    if not inspect(connection).has_table(VERSION_TABLE):
+        return None
+    stamped: list[str] = list(connection.execute(
+        select(column("version_num")).select_from(table(VERSION_TABLE))).scalars())
+    if len(stamped) > 1:
+        raise StorageError(f"autotune's version table {VERSION_TABLE} holds several revisions "
+                           f"({', '.join(map(str, stamped))}); autotune's migrations are one "
+                           "line: stamp the database with its one revision (alembic stamp)")
+    return stamped[0] if stamped else None
 
 
 def _alembic_config(connection: Connection) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(data_dir("alembic")).replace("%", "%%"))
     config.attributes["connection"] = connection
@@ -173,12 +228,27 @@ def _migrate(engine: Engine, shown: str, upgrade: bool) -> None:
                 f"{HEAD_REVISION!r}: run `autotune db upgrade` with the same --storage "
                 "to migrate it"
             )
+        _upgrade(connection, shown)
+
+
+def _upgrade(connection: Connection, shown: str) -> None:
+    """Run autotune's migrations up to the head, on `connection`."""
+    from alembic import command
+    from alembic.util import CommandError
+
+    try:
         command.upgrade(_alembic_config(connection), "head")
+    except CommandError as error:
+        raise StorageError(
+            f"cannot migrate the database {shown}: {error}; if a newer autotune created "
+            "it, upgrade autotune"
+        ) from error
 
 
 def _known_revision(connection: Connection, revision: str) -> bool:
     """Whether `revision` is one of this autotune's migrations."""
     from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
 
     try:
         return ScriptDirectory.from_config(_alembic_config(connection)).get_revision(
@@ -224,11 +294,6 @@ def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
             time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
             if _revision_or_none(engine) == HEAD_REVISION:
                 return  # another process migrated the same database at the same moment
-        except CommandError as error:
-            raise StorageError(
-                f"cannot migrate the database {shown}: {error}; if a newer autotune created "
-                "it, upgrade autotune"
-            ) from error
 
 
 def revision_of(url: str) -> str | None:
@@ -251,6 +316,23 @@ def revision_of(url: str) -> str | None:
         ) from error
     finally:
         engine.dispose()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold Python's cyclic garbage collector while thousands of records are built.
+
+    The records hold no cycles, so a collection finds nothing to free, but
+    each one walks every object alive: while a large study's runs are read,
+    those passes cost as much as reading them.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _study_named(session: Session, name: str) -> StudyRow | None:
@@ -290,7 +372,9 @@ class Store:
 
     Thread-safety: a Store is not shared. Open one per thread and one per
     process (never carry one across `fork`); many Stores on many machines may
-    use the same database at once.
+    use the same database at once. One exception: `beat` may be called from
+    another thread (a claim's heartbeat) while the owner uses the Store; it
+    takes a connection of its own from the engine's pool.
 
     Raises (from any method):
         StorageError: the URL is malformed, names an unknown database kind or a
@@ -512,6 +596,43 @@ class Store:
                     state=str(claim_state), run_id=row.id, updated_at=utcnow()))
             return row.id
 
+    def record_runs(self, study_name: str, runs: Sequence[NewRun]) -> list[int]:
+        """Store many finished runs in one transaction; return their ids, in order.
+
+        What `record_run` does for each run, as one bulk insert (an import, a
+        benchmark's fixture: 10,000 runs take seconds, not minutes). A run
+        with a `claim_key` is stored with its claim, as if it had been taken
+        with `claim` and ended by `record_run(claim_id=...)`: the claim is in
+        the run's `claim_state`, linked to the run, and the study's
+        `claims_made` counts it. Either everything is stored or nothing.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+            StorageError: a `claim_key` is claimed already in that environment.
+        """
+        environments = {e: self._environment_id(e)
+                        for e in dict.fromkeys(r.environment for r in runs) if e is not None}
+        with self._session() as session:
+            study_id = self._study_row(session, study_name).id
+            if not runs:
+                return []
+            ids = list(session.scalars(
+                insert(RunRow).returning(RunRow.id, sort_by_parameter_order=True),
+                [_run_values(study_id, run, environments) for run in runs]))
+            claims = [_claim_values(study_id, run, run_id) for run, run_id
+                      in zip(runs, ids, strict=True) if run.claim_key is not None]
+            if claims:
+                try:
+                    session.execute(insert(ClaimRow), claims)
+                except exc.IntegrityError as error:  # the transaction is rolled back whole
+                    raise StorageError(
+                        f"cannot store the runs of study {study_name!r} in {self._shown}: a "
+                        f"claim key among them is claimed already ({_reason(error)}); "
+                        "nothing was stored") from error
+                session.execute(update(StudyRow).where(StudyRow.id == study_id).values(
+                    claims_made=StudyRow.claims_made + len(claims)))
+        return ids
+
     def _environment_id(self, environment: Environment | None) -> int | None:
         if environment is None:
             return None
@@ -526,6 +647,7 @@ class Store:
         roles: Iterable[Role | str] | None = None,
         kinds: Iterable[OutcomeKind | str] | None = None,
         env_key: str | None = None,
+        after: int | None = None,
     ) -> list[RunRecord]:
         """The runs of a study in the order they were recorded.
 
@@ -535,25 +657,35 @@ class Store:
             kinds: keep only runs whose outcome is one of these kinds (None: all).
             env_key: keep only runs of this environment, and runs that belong
                 to none (stored before environments were told apart); None: all.
+            after: keep only runs stored after the run with this id. Runs are
+                never changed once stored, so a reader that holds a study's runs
+                up to id N brings them up to date with `after=N`.
 
         Raises:
             StudyNotFoundError: no study called `study_name`.
         """
         with self._session() as session:
             study = self._study_row(session, study_name)
-            query = (
-                select(RunRow)
-                .where(RunRow.study_id == study.id)
-                .options(joinedload(RunRow.environment))
-                .order_by(RunRow.id)
-            )
+            conditions = [RunRow.study_id == study.id]
+            if after is not None:
+                conditions.append(RunRow.id > after)
             if roles is not None:
-                query = query.where(RunRow.role.in_(_enum_values(roles, Role)))
+                conditions.append(RunRow.role.in_(_enum_values(roles, Role)))
             if kinds is not None:
-                query = query.where(RunRow.kind.in_(_enum_values(kinds, OutcomeKind)))
+                conditions.append(RunRow.kind.in_(_enum_values(kinds, OutcomeKind)))
             if env_key is not None:
-                query = query.where((RunRow.env_key == env_key) | RunRow.env_key.is_(None))
-            return [row.to_record(study.name) for row in session.scalars(query)]
+                conditions.append((RunRow.env_key == env_key) | RunRow.env_key.is_(None))
+            # Columns, not ORM objects: a study may hold thousands of runs, and each of
+            # its few environments becomes one record that its runs share.
+            used = select(RunRow.environment_id).where(*conditions).distinct()
+            environments = {row.id: row.to_record() for row in session.scalars(
+                select(EnvironmentRow).where(EnvironmentRow.id.in_(used)))}
+            keys = [column.key for column in RUN_COLUMNS]
+            with _collector_paused():
+                rows = session.execute(select(*RUN_COLUMNS).where(*conditions)
+                                       .order_by(RunRow.id))
+                return [run_record(values, study.name, environments.get(values["environment_id"]))
+                        for values in (dict(zip(keys, row, strict=True)) for row in rows)]
 
     # --- claims ---------------------------------------------------------------------------
 
@@ -601,6 +733,7 @@ class Store:
                 session.add(row)
             row.role, row.flags, row.trial_number = str(Role(role)), dict(flags), trial_number
             row.state, row.run_id, row.claimed_at = str(ClaimState.RUNNING), None, utcnow()
+            row.heartbeat_at = row.claimed_at
             row.owner_host, row.owner_pid = owner
             session.flush()
             return ClaimVerdict.CLAIMED, row.to_record(study.name)
@@ -630,6 +763,90 @@ class Store:
                 state=str(state), updated_at=utcnow()))
             return bool(getattr(done, "rowcount", 0))
 
+    def beat(self, claim_id: int) -> bool:
+        """Say that the owner of a running claim is alive: its `heartbeat_at` becomes now.
+
+        One UPDATE of a running claim only; returns False when the claim is
+        not running (finished, released, or no such claim).
+        """
+        with self._session() as session:
+            done = session.execute(update(ClaimRow).where(
+                ClaimRow.id == claim_id, ClaimRow.state == str(ClaimState.RUNNING)).values(
+                heartbeat_at=utcnow()))
+            return bool(getattr(done, "rowcount", 0))
+
+    def live_claims(self, study_name: str | None = None,
+                    within_s: float = LIVE_WITHIN_S) -> list[ClaimRecord]:
+        """The running claims whose owner beat within the last `within_s` seconds.
+
+        A claim without a heartbeat (made before heartbeats were stored) counts
+        from when it was claimed. The workers' clocks and this one are taken
+        to agree (each writes and reads UTC from its own clock). Oldest first.
+
+        Args:
+            study_name: the study; None: every study.
+            within_s: how recent the last heartbeat must be (default
+                `LIVE_WITHIN_S`, three beats of `CLAIM_BEAT_S`).
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        with self._session() as session:
+            query = (select(ClaimRow, StudyRow.name)
+                     .join(StudyRow, ClaimRow.study_id == StudyRow.id)
+                     .where(_live(within_s)).order_by(ClaimRow.id))
+            if study_name is not None:
+                query = query.where(ClaimRow.study_id == self._study_row(session, study_name).id)
+            return [row.to_record(name) for row, name in session.execute(query)]
+
+    def version(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> str:
+        """A token that changes whenever what a reader shows of the study changes: a run
+        stored, a claim taken, ended or released, a worker gone silent (`live_claims`).
+        Heartbeats of live workers alone do not change it.
+
+        Aggregates over the study's indexed rows only; reads no run's contents.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        running = ClaimRow.state == str(ClaimState.RUNNING)
+        with self._session() as session:
+            study_id = self._study_row(session, study_name).id
+            runs = session.execute(select(func.count(RunRow.id), func.max(RunRow.id))
+                                   .where(RunRow.study_id == study_id)).one()
+            claims = session.execute(select(
+                func.count(ClaimRow.id), func.max(ClaimRow.claimed_at),
+                func.count(ClaimRow.id).filter(running),
+                func.count(ClaimRow.id).filter(_live(within_s)))
+                .where(ClaimRow.study_id == study_id)).one()
+            return ":".join(str(v) for v in (*runs, *claims))
+
+    def workers(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> list[WorkerRecord]:
+        """Every process that claimed work in the study, its claims counted by state in
+        one grouped query (no claim is read whole): what a progress view shows.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        with self._session() as session:
+            study_id = self._study_row(session, study_name).id
+            rows = session.execute(
+                select(ClaimRow.owner_host, ClaimRow.owner_pid, ClaimRow.state,
+                       func.count(ClaimRow.id), func.max(_LAST_SEEN),
+                       func.count(ClaimRow.id).filter(_live(within_s)))
+                .where(ClaimRow.study_id == study_id)
+                .group_by(ClaimRow.owner_host, ClaimRow.owner_pid, ClaimRow.state)).all()
+        counts: dict[tuple[str, int], dict[str, Any]] = {}
+        for host, pid, state, n, last, n_live in rows:
+            c = counts.setdefault((host, pid), {"done": 0, "running": 0, "interrupted": 0,
+                                                "last_seen": last, "live": False})
+            key = state if state in (ClaimState.DONE, ClaimState.RUNNING) else "interrupted"
+            c[key] += n
+            c["last_seen"], c["live"] = max(c["last_seen"], last), c["live"] or n_live > 0
+        return [WorkerRecord(host, pid, c["done"], c["running"], c["interrupted"],
+                             c["last_seen"].replace(tzinfo=UTC), c["live"])
+                for (host, pid), c in sorted(counts.items())]
+
     def claims(self, study_name: str, states: Iterable[ClaimState] | None = None,
                env_key: str | None = None) -> list[ClaimRecord]:
         """The study's claims, oldest first, optionally of some states or one environment."""
@@ -641,3 +858,40 @@ class Store:
             if env_key is not None:
                 query = query.where(ClaimRow.env_key == env_key)
             return [row.to_record(study.name) for row in session.scalars(query)]
+
+
+_LAST_SEEN = func.coalesce(ClaimRow.heartbeat_at, ClaimRow.claimed_at)
+"""When a claim's owner was last heard from: its heartbeat, or (a claim made before
+heartbeats were stored) when it claimed."""
+
+
+def _live(within_s: float) -> ColumnElement[bool]:
+    """The rule of a live claim: running, and its owner heard from within `within_s`
+    seconds (workers' and readers' clocks are taken to agree, in UTC)."""
+    since = utcnow() - timedelta(seconds=within_s)
+    return (ClaimRow.state == str(ClaimState.RUNNING)) & (_LAST_SEEN >= since)
+
+
+def _run_values(study_id: int, run: NewRun, environments: Mapping[Environment, int | None]
+                ) -> dict[str, Any]:
+    """The `RunRow` attributes of one run of `Store.record_runs`."""
+    values = {"study_id": study_id, "trial_number": run.trial_number, "role": str(Role(run.role)),
+              "flags": dict(run.flags), "env": dict(run.env), "env_key": run.env_key,
+              "environment_id": None if run.environment is None
+              else environments[run.environment], "created_at": utcnow(),
+              **outcome_columns(run.outcome)}
+    if run.ratio is not None:
+        values["ratio"] = run.ratio
+    return values
+
+
+def _claim_values(study_id: int, run: NewRun, run_id: int) -> dict[str, Any]:
+    """The `ClaimRow` attributes of the claim a run of `Store.record_runs` fulfils."""
+    assert run.claim_key is not None
+    now = utcnow()
+    return {"study_id": study_id, "env_key": run.env_key or "", "key": run.claim_key,
+            "key_hash": hashlib.sha256(run.claim_key.encode()).hexdigest(),
+            "role": str(Role(run.role)), "flags": dict(run.flags),
+            "trial_number": run.trial_number, "state": str(ClaimState(run.claim_state)),
+            "owner_host": run.owner[0], "owner_pid": run.owner[1], "run_id": run_id,
+            "claimed_at": now, "updated_at": now, "heartbeat_at": now}

@@ -1,0 +1,100 @@
+"""`autotune dashboard` (serve the studies of a database) and `autotune report` (one file)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
+from autotune.errors import UsageError
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port), or one clear error when it cannot be had.
+
+    Raises:
+        UsageError: the port is taken, or the address is not one of this machine's.
+    """
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UsageError(f"cannot listen on host {host!r}: {exc.strerror}; "
+                         "give --host 127.0.0.1 or an address of this machine") from exc
+    sock = socket.socket(info[0], socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(info[4])
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"port {port} on {host} is in use (another dashboard?): "
+                             "pass --port P with a free port, or --port 0 for any") from exc
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; "
+                         "give --host 127.0.0.1 or another --port") from exc
+    sock.listen(128)
+    return sock
+
+
+def dashboard(
+    storage: StorageOpt = DEFAULT_STORAGE,
+    port: Annotated[int, typer.Option(min=0, max=65535,
+                                      help="Port to serve on (0: any free one).")] = 8080,
+    host: Annotated[str, typer.Option(
+        help="Address to listen on. The default serves this machine only; the dashboard has "
+             "no login, so think before you open it to a network.")] = "127.0.0.1",
+    refresh: Annotated[float, typer.Option(
+        min=0, help="Seconds between checks for new results (pages reload when their "
+                    "study changed; 0: never).")] = 5.0,
+) -> None:
+    """Serve a read-only web dashboard of the studies in the database.
+
+    Pages: the studies, each study's recommendation, best trials, charts,
+    flag contributions, failures and progress, each trial, comparisons of
+    two trials or two studies, and the export of any trial. It never writes
+    to the database, and needs no internet (every asset is served locally).
+    """
+    import uvicorn
+
+    from autotune.dashboard.app import create_app
+
+    store = open_store(storage, must_exist=True)
+    sock = bind(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    out.print(f"autotune dashboard at http://{literal(shown)}:{bound}/ (Ctrl-C stops it)",
+              highlight=False, soft_wrap=True)
+    config = uvicorn.Config(create_app(store, refresh_s=refresh, warm=True), log_level="warning",
+                            lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then passed the signal on
+        out.print("dashboard stopped", highlight=False)
+    finally:
+        sock.close()
+        store.close()
+
+
+def report(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="File to write (default STUDY.html, or STUDY.md).")] = None,
+    storage: StorageOpt = DEFAULT_STORAGE,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="html (one self-contained file that opens offline) or md "
+                         "(Markdown with PNG charts beside it, for a pull request).")] = "html",
+) -> None:
+    """Write a study's page as one file to share: the recommendation, best trials, charts,
+    flag contributions, failures and progress, exactly as the dashboard shows them."""
+    from autotune.api import one_of
+    from autotune.report import write_report
+
+    one_of(fmt, ["html", "md"], "report format")
+    store = open_store(storage, must_exist=True)
+    target = output or Path(f"{study_name}.{fmt}")
+    written = write_report(store, study_name, target, fmt)
+    out.print(f"wrote {literal(target)}" + (f" and {len(written) - 1} chart(s) beside it"
+                                            if len(written) > 1 else ""), highlight=False)

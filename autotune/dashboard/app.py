@@ -1,0 +1,357 @@
+"""The dashboard's routes: studies, a study, a trial, comparisons, downloads, JSON.
+
+`create_app(storage_url)` opens the database read-only (`Store.open(upgrade=
+False)`: a foreign, older or missing database is refused before anything is
+served) and returns a Starlette app whose every route is GET. Pages are built
+by `autotune.results.view`; a study's page is computed once per change of the
+study (`Store.version`, one indexed query) and kept, so a reload of a large
+study costs one query.
+
+Stable URLs: `/`, `/study/NAME`, `/study/NAME/trial/N`,
+`/study/NAME/compare/A/B`, `/compare?a=STUDY&b=STUDY`,
+`/study/NAME/export.FORMAT` (the recommendation), `/study/NAME/trial/N/export.FORMAT`,
+and the same data as JSON under `/api/`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from autotune.dashboard.render import STATIC, page_html
+from autotune.errors import AutotuneError, ExportError, StudyNotFoundError
+
+if TYPE_CHECKING:
+    from autotune.records import RunRecord, StudyRecord
+    from autotune.storage.store import Store
+
+#: Seconds between two checks of a page for new results (the page reloads when they changed).
+DEFAULT_REFRESH_S = 5.0
+
+#: The media type of each export form, as `autotune export --format F` writes it.
+EXPORT_MEDIA = {"yaml": "application/yaml", "json": "application/json",
+                "env": "text/plain", "jax": "application/json"}
+
+
+def plotly_js() -> Path:
+    """plotly.min.js as the installed plotly package ships it (served, never fetched)."""
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+@dataclass
+class _Cached:
+    version: str
+    record: StudyRecord
+    runs: list[RunRecord]
+    page: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None
+
+
+class Reader:
+    """What the routes read: a study's record, runs and pages, kept until it changes.
+
+    Thread-safe (Starlette runs the routes in a thread pool): one study is read
+    and computed by one thread at a time, so a page asked for while it is being
+    computed waits for that computation instead of repeating it. Never writes.
+    """
+
+    def __init__(self, store: Store) -> None:
+        from autotune.flags.catalog import load_catalog
+
+        self.store = store
+        self.catalog = load_catalog()
+        self._cache: dict[str, _Cached] = {}
+        self._lock = threading.RLock()
+
+    def version(self, name: str) -> str:
+        """A token that changes whenever the study's runs or claims change."""
+        return self.store.version(name)
+
+    def _entry(self, name: str) -> _Cached:
+        """The study as of now: its runs read once, then only those stored since (runs
+        never change once stored); the pages computed from them are dropped on change.
+        Called with the lock held."""
+        version = self.version(name)
+        hit = self._cache.get(name)
+        if hit is not None and hit.version == version:
+            return hit
+        if hit is None:
+            runs = self.store.runs(name)
+        else:
+            last = hit.runs[-1].id if hit.runs else None
+            runs = hit.runs + self.store.runs(name, after=last)
+        entry = self._cache[name] = _Cached(version, self.store.get_study(name), runs)
+        return entry
+
+    def warm(self) -> None:
+        """Read and compute every study's page once (the first visit is then as fast as
+        the next). Errors are left for the request that meets them."""
+        with contextlib.suppress(AutotuneError):
+            for record in self.store.list_studies():
+                self.study(record.name)
+                self.summary(record.name)
+
+    def read(self, name: str) -> tuple[StudyRecord, list[RunRecord]]:
+        """The study's record and every run, as of now."""
+        with self._lock:
+            entry = self._entry(name)
+        return entry.record, entry.runs
+
+    def study(self, name: str) -> dict[str, Any]:
+        """`view.study_page` of the study, computed once per version."""
+        from autotune.results.view import study_page
+
+        with self._lock:
+            entry = self._entry(name)
+            if entry.page is None:
+                entry.page = study_page(entry.record, entry.runs, self.catalog,
+                                        self.store.workers(name))
+                entry.summary = entry.page["summary"]
+            return entry.page
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """`view.study_summary` of the study (its line on the studies page), once per
+        version."""
+        from autotune.results.view import study_summary
+
+        with self._lock:
+            entry = self._entry(name)
+            if entry.summary is None:
+                entry.summary = study_summary(entry.record, entry.runs,
+                                              self.store.workers(name))
+            return entry.summary
+
+    def studies(self) -> list[dict[str, Any]]:
+        """The line of every study, latest activity first."""
+        rows = [self.summary(record.name) for record in self.store.list_studies()]
+        return sorted(rows, key=lambda r: r["last_activity"], reverse=True)
+
+
+def _reader(request: Request) -> Reader:
+    reader: Reader = request.app.state.reader
+    return reader
+
+
+def _refresh(request: Request) -> float:
+    refresh: float = request.app.state.refresh_s
+    return refresh
+
+
+def _name(request: Request) -> str:
+    return str(request.path_params["name"])
+
+
+def _missing(what: str) -> HTTPException:
+    return HTTPException(404, detail=what)
+
+
+def _study_or_404(reader: Reader, name: str) -> tuple[StudyRecord, list[RunRecord]]:
+    try:
+        return reader.read(name)
+    except StudyNotFoundError as exc:
+        raise _missing(f"no study called {name!r} in this database") from exc
+
+
+def studies_page(request: Request) -> Response:
+    rows = _reader(request).studies()
+    return HTMLResponse(page_html("studies.html", studies=rows, refresh_s=_refresh(request),
+                                  poll=request.url_for("api_version").path))
+
+
+def study_page(request: Request) -> Response:
+    name = _name(request)
+    reader = _reader(request)
+    _study_or_404(reader, name)
+    return HTMLResponse(page_html("study.html", page=reader.study(name),
+                                  refresh_s=_refresh(request),
+                                  poll=request.url_for("api_study_version", name=name).path))
+
+
+def _trial(request: Request) -> dict[str, Any]:
+    """`view.trial_page` of the trial the URL names (404 when there is none)."""
+    from autotune.results.view import trial_page as view
+
+    name, number = _name(request), int(request.path_params["number"])
+    reader = _reader(request)
+    record, runs = _study_or_404(reader, name)
+    page = view(record, runs, number, reader.catalog)
+    if page is None:
+        raise _missing(f"study {name!r} has no trial {number}")
+    return page
+
+
+def trial_page(request: Request) -> Response:
+    return HTMLResponse(page_html("trial.html", page=_trial(request),
+                                  refresh_s=_refresh(request),
+                                  poll=request.url_for("api_study_version",
+                                                       name=_name(request)).path))
+
+
+def compare_trials_page(request: Request) -> Response:
+    from autotune.results.view import compare_trials
+
+    name = _name(request)
+    a, b = int(request.path_params["a"]), int(request.path_params["b"])
+    reader = _reader(request)
+    record, runs = _study_or_404(reader, name)
+    page = compare_trials(runs, a, b, reader.catalog)
+    if page is None:
+        raise _missing(f"study {name!r} has no trial {a if not _has(runs, a) else b}")
+    return HTMLResponse(page_html("compare_trials.html", page=page, study=record.name,
+                                  refresh_s=0, poll=None))
+
+
+def _has(runs: list[RunRecord], number: int) -> bool:
+    return any(r.trial_number == number for r in runs)
+
+
+def compare_studies_page(request: Request) -> Response:
+    from autotune.results.view import compare_studies
+
+    reader = _reader(request)
+    names = [request.query_params.get(key) for key in ("a", "b")]
+    if None in names:
+        raise _missing("name the two studies to compare: /compare?a=STUDY&b=STUDY")
+    ra, runs_a = _study_or_404(reader, str(names[0]))
+    rb, runs_b = _study_or_404(reader, str(names[1]))
+    page = compare_studies(ra, runs_a, rb, runs_b, reader.catalog)
+    return HTMLResponse(page_html("compare_studies.html", page=page, refresh_s=0, poll=None))
+
+
+def download(request: Request) -> Response:
+    """The export document, rendered exactly as `autotune export --format F` writes it."""
+    from autotune.results.export import ExportFormat, export_document, render_export
+
+    name, fmt = _name(request), str(request.path_params["fmt"])
+    if fmt not in EXPORT_MEDIA:
+        raise _missing(f"no export format {fmt!r}; known: {', '.join(EXPORT_MEDIA)}")
+    number = request.path_params.get("number")
+    reader = _reader(request)
+    record, runs = _study_or_404(reader, name)
+    try:
+        document = export_document(record, runs, reader.catalog,
+                                   trial=int(number) if number is not None else None)
+    except ExportError as exc:
+        raise _missing(exc.message) from exc
+    filename = f"{record.name}-{'best' if number is None else f'trial-{number}'}.{fmt}"
+    return Response(render_export(document, ExportFormat(fmt)).encode("utf-8"),
+                    media_type=EXPORT_MEDIA[fmt],
+                    headers={"Content-Disposition": f"attachment; filename*=UTF-8''"
+                                                    f"{quote(filename, safe='')}"})
+
+
+def api_studies(request: Request) -> Response:
+    return JSONResponse(_reader(request).studies())
+
+
+def api_study(request: Request) -> Response:
+    name = _name(request)
+    reader = _reader(request)
+    _study_or_404(reader, name)
+    return JSONResponse(reader.study(name))
+
+
+def api_trial(request: Request) -> Response:
+    return JSONResponse(_trial(request))
+
+
+def api_study_version(request: Request) -> Response:
+    name = _name(request)
+    reader = _reader(request)
+    _study_or_404(reader, name)
+    return JSONResponse({"version": reader.version(name)})
+
+
+def api_version(request: Request) -> Response:
+    """A token for the studies page: every study's version."""
+    store = _reader(request).store
+    versions = {r.name: store.version(r.name) for r in store.list_studies()}
+    return JSONResponse({"version": hashlib.sha256(
+        json.dumps(versions, sort_keys=True).encode()).hexdigest()})
+
+
+def favicon(request: Request) -> Response:
+    return Response(status_code=204)
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """A 404 (or another HTTP error) page with a link back to the studies."""
+    status = getattr(exc, "status_code", 500)
+    detail = str(getattr(exc, "detail", "") or "not found")
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": detail}, status_code=status)
+    if status == 405:
+        return PlainTextResponse("the dashboard is read-only: GET only", status_code=405,
+                                 headers={"Allow": "GET, HEAD"})
+    return HTMLResponse(page_html("missing.html", detail=detail, status=status, refresh_s=0,
+                                  poll=None), status_code=status)
+
+
+async def failed(request: Request, exc: Exception) -> Response:
+    """A fault of the database (it went away, say): the message, not a traceback."""
+    message = exc.message if isinstance(exc, AutotuneError) else "internal error"
+    return HTMLResponse(page_html("missing.html", detail=message, status=500, refresh_s=0,
+                                  poll=None), status_code=500)
+
+
+def routes() -> list[Route | Mount]:
+    """Every route; each one GET only."""
+    get = ["GET"]
+    return [
+        Route("/", studies_page, methods=get, name="studies"),
+        Route("/favicon.ico", favicon, methods=get),
+        Route("/compare", compare_studies_page, methods=get, name="compare_studies"),
+        # A study's name may hold "/" (it reaches the app decoded): the most specific
+        # routes come first, and the name is the rest of the path.
+        Route("/study/{name:path}/trial/{number:int}/export.{fmt}", download, methods=get,
+              name="trial_export"),
+        Route("/study/{name:path}/trial/{number:int}", trial_page, methods=get, name="trial"),
+        Route("/study/{name:path}/compare/{a:int}/{b:int}", compare_trials_page, methods=get,
+              name="compare_trials"),
+        Route("/study/{name:path}/export.{fmt}", download, methods=get, name="export"),
+        Route("/study/{name:path}", study_page, methods=get, name="study"),
+        Route("/api/version", api_version, methods=get, name="api_version"),
+        Route("/api/studies", api_studies, methods=get),
+        Route("/api/study/{name:path}/trial/{number:int}", api_trial, methods=get),
+        Route("/api/study/{name:path}/version", api_study_version, methods=get,
+              name="api_study_version"),
+        Route("/api/study/{name:path}", api_study, methods=get),
+        Route("/static/plotly.min.js", lambda r: FileResponse(plotly_js()), methods=get),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+
+def create_app(store: Store, refresh_s: float = DEFAULT_REFRESH_S,
+               warm: bool = False) -> Starlette:
+    """The dashboard over an open, read-only `store`; pages poll every `refresh_s` seconds
+    (0: never). `warm` computes every study's page in a background thread from the
+    start, so the first visit does not wait for it."""
+    reader = Reader(store)
+    app = Starlette(routes=routes(), exception_handlers={
+        HTTPException: not_found, AutotuneError: failed})
+    app.state.reader = reader
+    app.state.refresh_s = refresh_s
+    if warm:
+        threading.Thread(target=reader.warm, name="autotune-warm", daemon=True).start()
+    return app

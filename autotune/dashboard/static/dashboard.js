@@ -1,0 +1,176 @@
+// autotune dashboard: charts from the page's own data, sortable tables, copy buttons,
+// and a poll that reloads the page when its study changed. No network but this server.
+"use strict";
+(function () {
+  function data() {
+    var el = document.getElementById("page-data");
+    return el ? JSON.parse(el.textContent) : {};
+  }
+
+  function plot(id, traces, layout) {
+    var el = typeof id === "string" ? document.getElementById(id) : id;
+    if (!el || typeof Plotly === "undefined") return;
+    var base = {margin: {l: 60, r: 20, t: 10, b: 50}, showlegend: true,
+                legend: {orientation: "h", y: -0.25}};
+    Plotly.newPlot(el, traces, Object.assign(base, layout),
+                   {displaylogo: false, responsive: true, staticPlot: false});
+  }
+
+  function progressChart(points) {
+    if (!points || !points.length) return;
+    plot("chart-progress", [
+      {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.speedup; }),
+       mode: "markers", name: "each configuration", marker: {color: "#9ab"}},
+      {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.best; }),
+       mode: "lines", line: {shape: "hv", color: "#1f5fbf"}, name: "best so far"}
+    ], {xaxis: {title: {text: "configurations measured"}},
+        yaxis: {title: {text: "search speedup vs defaults"}}});
+  }
+
+  // The unit the tables use for sizes (KiB, MiB, GiB: powers of 1024), fitted to `most`.
+  function binaryUnit(most) {
+    var names = ["B", "KiB", "MiB", "GiB", "TiB"], k = 0;
+    while (k < names.length - 1 && most >= Math.pow(1024, k + 1)) k++;
+    return {name: names[k], size: Math.pow(1024, k)};
+  }
+
+  function scatterChart(scatter) {
+    if (!scatter || !scatter.points.length) return;
+    var pts = scatter.points.filter(function (p) {
+      return p.median_step_s !== null && p.peak_memory_bytes !== null;
+    });
+    var unit = binaryUnit(Math.max.apply(null, pts.map(function (p) {
+      return p.peak_memory_bytes; })));
+    var traces = [{
+      x: pts.map(function (p) { return p.median_step_s * 1e3; }),
+      y: pts.map(function (p) { return p.peak_memory_bytes / unit.size; }),
+      text: pts.map(function (p) { return "trial " + p.trial; }),
+      mode: "markers", name: "configurations", marker: {color: "#4a7bd0"}
+    }];
+    var front = pts.filter(function (p) { return p.pareto; });
+    if (scatter.two_objectives && front.length) {
+      traces.push({x: front.map(function (p) { return p.median_step_s * 1e3; }),
+                   y: front.map(function (p) { return p.peak_memory_bytes / unit.size; }),
+                   mode: "lines+markers", name: "Pareto front",
+                   marker: {size: 12, color: "rgba(0,0,0,0)", line: {color: "#d04a4a", width: 2}},
+                   line: {color: "#d04a4a", dash: "dot"}});
+    }
+    plot("chart-scatter", traces, {xaxis: {title: {text: "median step (ms)"}},
+                                   yaxis: {title: {text: "peak memory (" + unit.name + ")"}}});
+  }
+
+  function stepCharts(runs) {
+    document.querySelectorAll(".chart.steps").forEach(function (el) {
+      var run = (runs || []).filter(function (r) { return String(r.run) === el.dataset.run; })[0];
+      if (!run) return;
+      var traces = [{y: run.step_times_s.map(function (t) { return t * 1e3; }),
+                     mode: "lines+markers", name: "candidate"}];
+      if (run.baseline_step_times_s.length) {
+        traces.push({y: run.baseline_step_times_s.map(function (t) { return t * 1e3; }),
+                     mode: "lines+markers", name: "baseline (same process)"});
+      }
+      plot(el, traces, {xaxis: {title: {text: "timed step"}}, yaxis: {title: {text: "ms"}}});
+    });
+  }
+
+  function intervalBars() {
+    var bars = document.querySelectorAll(".ci-bar");
+    var lo = 1, hi = 1;
+    bars.forEach(function (b) {
+      lo = Math.min(lo, +b.dataset.low); hi = Math.max(hi, +b.dataset.high);
+    });
+    var pad = (hi - lo) * 0.05 || 0.05;
+    lo -= pad; hi += pad;
+    function at(v) { return (100 * (v - lo) / (hi - lo)).toFixed(2) + "%"; }
+    bars.forEach(function (b) {
+      var range = document.createElement("span"); range.className = "range";
+      range.style.left = at(+b.dataset.low);
+      range.style.width = "calc(" + at(+b.dataset.high) + " - " + at(+b.dataset.low) + ")";
+      var one = document.createElement("span"); one.className = "one"; one.style.left = at(1);
+      var point = document.createElement("span"); point.className = "point";
+      point.style.left = at(+b.dataset.point);
+      b.title = "speedup interval; the thin line is x1.0 (no change)";
+      b.append(range, one, point);
+    });
+  }
+
+  function sortable() {
+    document.querySelectorAll("table.sortable").forEach(function (table) {
+      var heads = table.querySelectorAll("thead th");
+      heads.forEach(function (th, col) {
+        th.addEventListener("click", function () {
+          var asc = !th.classList.contains("sorted-asc");
+          heads.forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+          th.classList.add(asc ? "sorted-asc" : "sorted-desc");
+          var body = table.tBodies[0];
+          var rows = Array.prototype.slice.call(body.rows);
+          function key(row) {
+            var cell = row.cells[col];
+            var raw = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
+            var num = parseFloat(raw);
+            return isNaN(num) ? raw : num;
+          }
+          rows.sort(function (a, b) {
+            var x = key(a), y = key(b);
+            var c = x < y ? -1 : x > y ? 1 : 0;
+            return asc ? c : -c;
+          });
+          rows.forEach(function (r) { body.appendChild(r); });
+        });
+      });
+    });
+  }
+
+  function copyButtons() {
+    document.querySelectorAll("button.copy").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var text = document.getElementById(button.dataset.copy).textContent;
+        var done = function () { button.textContent = "copied"; };
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(text).then(done, function () { fallback(text); done(); });
+        } else { fallback(text); done(); }
+      });
+    });
+  }
+
+  function fallback(text) {
+    var area = document.createElement("textarea");
+    area.value = text; document.body.appendChild(area); area.select();
+    try { document.execCommand("copy"); } catch (e) { /* nothing more to try */ }
+    area.remove();
+  }
+
+  function compareForms() {
+    var trials = document.getElementById("trial-compare");
+    if (trials) trials.addEventListener("click", function () {
+      location.href = trials.dataset.base + "/compare/" + document.getElementById("trial-a").value +
+        "/" + document.getElementById("trial-b").value;
+    });
+  }
+
+  function poll() {
+    var url = document.body.dataset.poll, every = parseFloat(document.body.dataset.refresh);
+    if (!url || !(every > 0)) return;
+    var seen = document.body.dataset.version || null;
+    function check() {
+      fetch(url, {cache: "no-store"}).then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (body) {
+          if (body === null) return;
+          if (seen !== null && body.version !== seen) { location.reload(); return; }
+          seen = body.version;
+        }, function () { /* the server went away: try again later */ })
+        .finally(function () { setTimeout(check, every * 1000); });
+    }
+    check();
+  }
+
+  var d = data();
+  progressChart(d.best_so_far);
+  scatterChart(d.scatter);
+  stepCharts(d.runs);
+  intervalBars();
+  sortable();
+  copyButtons();
+  compareForms();
+  poll();
+})();

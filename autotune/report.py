@@ -1,0 +1,155 @@
+"""`autotune report`: a study's page as one file to share (HTML) or to paste (Markdown).
+
+The HTML report is the dashboard's study page rendered with every asset
+inlined (style, plotly.js, the page's script), so it opens from a file with no
+network; links to other pages of the dashboard are left out. The Markdown
+report carries the same figures as text, with its two charts as PNG files
+beside it (drawn with matplotlib). Both lay out `results.view.study_page`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.errors import ExportError
+
+if TYPE_CHECKING:
+    from autotune.storage.store import Store
+
+
+def study_page(store: Store, name: str) -> dict[str, Any]:
+    """The study page's figures, as the dashboard computes them."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.results.view import study_page as view
+
+    return view(store.get_study(name), store.runs(name), load_catalog(), store.workers(name))
+
+
+def html_report(page: dict[str, Any]) -> str:
+    """The study page as one self-contained HTML document."""
+    from autotune.dashboard.app import plotly_js
+    from autotune.dashboard.render import asset, page_html
+
+    inline = {"style.css": asset("style.css"), "dashboard.js": asset("dashboard.js"),
+              "plotly.min.js": plotly_js().read_text(encoding="utf-8")}
+    return page_html("study.html", page=page, offline=True, inline=inline, refresh_s=0,
+                     poll=None)
+
+
+def write_report(store: Store, name: str, path: Path, fmt: str = "html") -> list[Path]:
+    """Write the report of study `name` to `path`; return every file written (the report
+    first, then the charts of a Markdown report).
+
+    Raises:
+        StudyNotFoundError: no such study.
+        ExportError: a file cannot be written.
+    """
+    page = study_page(store, name)
+    try:
+        if fmt == "html":
+            path.write_text(html_report(page), encoding="utf-8")
+            return [path]
+        return markdown_report(page, path)
+    except OSError as exc:
+        raise ExportError(f"cannot write {exc.filename or path}: {exc.strerror}; "
+                          "choose another -o path") from exc
+
+
+def markdown_report(page: dict[str, Any], path: Path) -> list[Path]:
+    """Write the Markdown report and its PNG charts (`STEM-progress.png`,
+    `STEM-scatter.png` beside `path`); return the files written."""
+    charts = _charts(page, path)
+    path.write_text(markdown_text(page, [c.name for c in charts]), encoding="utf-8")
+    return [path, *charts]
+
+
+def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
+    """The report's Markdown: the recommendation, the best table, notes, contributions,
+    failures and the charts' image links."""
+    from autotune.dashboard.render import interval_text, ms_text, speedup_text
+    from autotune.flags.compose import render_value
+    from autotune.results.notes import size_text
+
+    s, rec = page["study"], page["recommendation"]
+    lines = [f"# autotune: {_md(s['name'])}", "",
+             f"{_md(s['benchmark'])} ({_md(s['preset'])}) on space {_md(s['space'])}, "
+             f"{s['devices']} devices, {s['mode']} mode.", "",
+             "**Recommendation:** " + (
+                 f"apply trial {rec['trial']}: {speedup_text(rec['speedup'])} "
+                 f"{interval_text(rec['interval'])} faster than XLA's defaults"
+                 if rec["recommended"] else "defaults: nothing measurably faster"),
+             "", _md(rec["reason"]), ""]
+    lines += [f"- `{_code(k)}={_code(render_value(v))}`" for k, v in sorted(rec["flags"].items())]
+    lines += ["", "| rank | trial | median step | search speedup | confirmed speedup (95% CI) "
+              "| peak memory | flags changed |", "|---|---|---|---|---|---|---|"]
+    for row in page["best"]:
+        confirmed = "" if row["rank"] is None else (
+            f"{speedup_text(row['confirmed_speedup'])} {interval_text(row['confirmed_interval'])}"
+            f" {row['verdict'] or 'not confirmed'}" + (" (recommended)" if row["recommended"]
+                                                        else ""))
+        flags = "<br>".join(f"`{_code(k)}={_code(render_value(v))}`"
+                            for k, v in sorted(row["flags_changed"].items()))
+        lines.append(f"| {row['rank'] if row['rank'] is not None else 'baseline'} "
+                     f"| {row['trial']} | {ms_text(row['median_step_s'])} "
+                     f"| {speedup_text(row['search_speedup'])} | {confirmed} "
+                     f"| {size_text(row['peak_memory_bytes'])} | {flags} |")
+    lines += [""] + [f"- {_md(n['text'])}" for n in page["notes"]] + [""]
+    lines += [f"![{name}]({name})" for name in charts]
+    lines += ["", "## Failures", ""] + [f"- {f['kind']}: {f['count']}" for f in
+                                         page["failures"]] + ["" if page["failures"] else "none"]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: object) -> str:
+    """Outside text made inert in Markdown: HTML and table pipes escaped."""
+    import html
+
+    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: object) -> str:
+    return str(text).replace("`", "'").replace("|", "\\|")
+
+
+def _charts(page: dict[str, Any], path: Path) -> list[Path]:
+    """The best-so-far and step-time/memory charts as PNG files beside `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    points = [p for p in page["best_so_far"] if p["best"] is not None]
+    if points:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.scatter([p["n"] for p in points if p["speedup"]],
+                   [p["speedup"] for p in points if p["speedup"]], s=10, c="#9ab",
+                   label="each configuration")
+        ax.step([p["n"] for p in points], [p["best"] for p in points], where="post",
+                label="best so far")
+        ax.set(xlabel="configurations measured", ylabel="search speedup vs defaults")
+        ax.legend()
+        written.append(_save(fig, path.with_name(f"{path.stem}-progress.png")))
+    pts = [p for p in page["scatter"]["points"]
+           if p["median_step_s"] is not None and p["peak_memory_bytes"] is not None]
+    if pts:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.scatter([p["median_step_s"] * 1e3 for p in pts],
+                   [p["peak_memory_bytes"] / 2**20 for p in pts], s=14, label="configurations")
+        front = [p for p in pts if p["pareto"]]
+        if front:
+            ax.plot([p["median_step_s"] * 1e3 for p in front],
+                    [p["peak_memory_bytes"] / 2**20 for p in front], "o:", mfc="none",
+                    color="#d04a4a", label="Pareto front")
+        ax.set(xlabel="median step (ms)", ylabel="peak memory (MiB)")
+        ax.legend()
+        written.append(_save(fig, path.with_name(f"{path.stem}-scatter.png")))
+    plt.close("all")
+    return written
+
+
+def _save(fig: Any, target: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(target, dpi=100)
+    return target

@@ -1,0 +1,423 @@
+"""The pages of the dashboard and the report, as plain JSON-ready mappings.
+
+Every figure a page shows is computed here, from the records storage hands
+out, with the functions `best`, `export` and `importance` use (ranking,
+confirmation, shrinking, notes), so a page can never disagree with the
+command line: the `best` key of `study_page` *is* `best --format json`.
+Renderers (`autotune.dashboard`, `autotune.report`) only lay these out.
+
+Keys are stable (the dashboard's `/api/...` routes return them as JSON).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, fields
+from datetime import datetime
+from typing import Any
+
+from autotune.records import (
+    Environment,
+    Measurement,
+    Role,
+    RunRecord,
+    StudyRecord,
+    WorkerRecord,
+)
+from autotune.results.confirmation import confirmation
+from autotune.results.notes import study_notes
+from autotune.results.ranking import (
+    RANKED_ROLES,
+    Order,
+    Recommendation,
+    best_row_json,
+    best_rows,
+    changed_flags,
+    ordered,
+    pareto_front,
+    peak_memory,
+    ranked,
+    recommend,
+    verdict_text,
+)
+from autotune.results.shrink import Effect, Shrink, shrink
+
+#: How many messages of one failure kind a page lists (the count says how many there were).
+MESSAGES_PER_KIND = 5
+
+#: How many trials of one program a best row names (the count says how many there are).
+GROUP_SHOWN = 12
+
+#: Roles a search's progress is read from (one figure per launched configuration).
+SEARCH_ROLES = frozenset({Role.BASELINE, Role.RECOMMENDED, Role.SEARCH})
+
+
+def environment_text(env: Environment | None) -> str:
+    """One line naming where runs were measured, e.g. `host: cpu x8, jax 0.10.2`."""
+    if env is None:
+        return "unknown"
+    return (f"{env.host}: {env.device_kind or env.backend} x{env.device_count}, "
+            f"jax {env.jax_version}")
+
+
+def environments(runs: Iterable[RunRecord]) -> list[str]:
+    """Where the study's runs were measured, one `environment_text` each, sorted."""
+    return sorted({environment_text(r.environment) for r in runs if r.environment})
+
+
+def study_header(record: StudyRecord) -> dict[str, Any]:
+    """The settings of a study a page names it by."""
+    return {"name": record.name, "space": record.space, "benchmark": record.benchmark,
+            "preset": record.preset, "devices": record.devices, "mode": record.mode.value,
+            "objectives": list(record.objectives),
+            "memory_budget_bytes": record.memory_budget_bytes,
+            "space_backend": record.space_backend, "created": record.created_at.isoformat()}
+
+
+def last_activity(runs: Sequence[RunRecord], workers: Iterable[WorkerRecord],
+                  record: StudyRecord) -> datetime:
+    """The latest of the study's creation, its runs and its workers' heartbeats."""
+    return max([record.created_at, *(r.created_at for r in runs),
+                *(w.last_seen for w in workers)])
+
+
+def recommendation_view(rec: Recommendation, state: Shrink | None,
+                        catalog: Any) -> dict[str, Any]:
+    """What to apply, in one line: the minimal winning configuration or XLA's defaults.
+
+    `rec` is `ranking.recommend`'s answer and `state` its shrinking (None when
+    nothing is recommended). Keys: `recommended`, `trial`, `reason`, `flags`
+    (the minimal set once shrunk, else the confirmed set; {} for the
+    defaults), `speedup` and `interval` (the confirmed figure; None for the
+    defaults), `text` (the one line).
+    """
+    if rec.run is None:
+        return {"recommended": False, "trial": None, "reason": rec.reason, "flags": {},
+                "speedup": None, "interval": None,
+                "text": f"defaults: nothing measurably faster ({rec.reason})"}
+    flags = state.minimal if state is not None and state.done \
+        else changed_flags(rec.run.flags, catalog)
+    estimate = rec.confirmation.estimate if rec.confirmation is not None else None
+    return {"recommended": True, "trial": rec.run.trial_number, "reason": rec.reason,
+            "flags": dict(flags), "speedup": estimate.speedup if estimate else None,
+            "interval": list(estimate.speedup_interval) if estimate else None,
+            "text": f"trial {rec.run.trial_number}: {verdict_text(rec.confirmation)}"}
+
+
+def _recommended(record: StudyRecord, runs: list[RunRecord], catalog: Any,
+                 order: Order | None = None) -> tuple[Recommendation, Shrink | None]:
+    """The recommendation of a study and its shrinking (None when it is XLA's defaults);
+    `order` is `ranking.ordered` of the study when the caller has it."""
+    rec = recommend(runs, record.objectives, record.memory_budget_bytes, order=order)
+    return rec, (shrink(runs, rec.run, catalog) if rec.run is not None else None)
+
+
+def program_groups(runs: Sequence[RunRecord], trials: Iterable[int | None],
+                   most: int = GROUP_SHOWN) -> dict[str, dict[str, Any]]:
+    """For each of `trials`: the other trials whose configuration compiled to its program.
+
+    Keys are the trial numbers as text; each value holds `count` (how many
+    other trials) and `trials` (the first `most` of them, in trial order).
+    Trials without a known fingerprint are left out.
+    """
+    by_print: dict[str, list[int]] = defaultdict(list)
+    print_of: dict[int, str] = {}
+    for run in runs:
+        m = run.outcome.measurement
+        if run.role in SEARCH_ROLES and m is not None and m.fingerprint \
+                and run.trial_number is not None:
+            by_print[m.fingerprint].append(run.trial_number)
+            print_of.setdefault(run.trial_number, m.fingerprint)
+    groups = {}
+    for number in trials:
+        if number is not None and number in print_of:
+            others = sorted(set(by_print[print_of[number]]) - {number})
+            groups[str(number)] = {"count": len(others), "trials": others[:most]}
+    return groups
+
+
+def best_so_far(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """The search's best single measurement after each launched configuration.
+
+    One point per baseline, recommended or search run in the order they ran:
+    `n` (1-based), `trial`, `speedup` (None when it failed or timed nothing of
+    its own) and `best` (the largest search speedup so far). These are the
+    search's own figures, one process each: the confirmed claim is elsewhere.
+    """
+    points, best = [], None
+    for n, run in enumerate((r for r in runs if r.role in SEARCH_ROLES), start=1):
+        speedup = run.speedup if run.outcome.ok else None
+        if speedup is not None:
+            best = speedup if best is None else max(best, speedup)
+        points.append({"n": n, "trial": run.trial_number, "speedup": speedup, "best": best})
+    return points
+
+
+def scatter(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
+    """Step time against peak memory of every ranked configuration and the baseline.
+
+    `points`: {trial, median_step_s, peak_memory_bytes, speedup, pareto};
+    `pareto` marks the time/memory front (two-objective studies only; the
+    front is computed by `ranking.pareto_front`).
+    """
+    budget = record.memory_budget_bytes
+    base = [r for r in runs if r.role is Role.BASELINE and r.outcome.ok][:1]
+    front = {r.id for r in pareto_front(runs, budget)} if record.multi_objective else set()
+    points = []
+    for run in base + ranked(runs, budget):
+        m = run.outcome.measurement
+        points.append({"trial": run.trial_number, "median_step_s": m.median_s if m else None,
+                       "peak_memory_bytes": peak_memory(run), "speedup": run.speedup,
+                       "pareto": run.id in front})
+    return {"points": points, "two_objectives": record.multi_objective}
+
+
+def contributions(rec: Recommendation, state: Shrink | None) -> dict[str, Any]:
+    """The paired ablation of the recommendation (as `importance --format json`'s
+    `ablation`), its flags split into those that changed the compiled program
+    (`measured`) and those that did not (`no_program_change`)."""
+    from autotune.results.importance import ablation_json
+
+    doc = ablation_json(state, rec.reason)
+    same = [f for f in doc["flags"] if f["effect"] == str(Effect.NO_PROGRAM_CHANGE)]
+    return {**doc, "measured": [f for f in doc["flags"] if f not in same],
+            "no_program_change": same}
+
+
+def failures(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """Failed runs grouped by kind, most frequent first: `kind`, `count` and up to
+    `MESSAGES_PER_KIND` distinct `messages` ({trial, role, message})."""
+    groups: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        if not run.outcome.ok:
+            groups[run.outcome.kind.value].append(run)
+    out = []
+    for kind, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        seen: dict[str, dict[str, Any]] = {}
+        for run in members:
+            if len(seen) < MESSAGES_PER_KIND and run.outcome.message not in seen:
+                seen[run.outcome.message] = {"trial": run.trial_number, "role": run.role.value,
+                                             "message": run.outcome.message}
+        out.append({"kind": kind, "count": len(members), "messages": list(seen.values())})
+    return out
+
+
+def progress(runs: Sequence[RunRecord], workers: Sequence[WorkerRecord]) -> dict[str, Any]:
+    """Per-environment and per-worker progress.
+
+    `environments`: {env_key, where, runs, ok, failed, baseline} per
+    environment key; `workers`: {owner (host:pid), done, running, interrupted,
+    last_seen, live} per claiming process (`Store.workers`), `live` when one
+    of its running claims has a current heartbeat.
+    """
+    envs: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        key = run.env_key or (run.environment.host if run.environment else "unknown")
+        row = envs.get(key)
+        if row is None:
+            row = envs[key] = {"env_key": key, "where": environment_text(run.environment),
+                               "runs": 0, "ok": 0, "failed": 0, "baseline": False}
+        row["runs"] += 1
+        row["ok" if run.outcome.ok else "failed"] += 1
+        row["baseline"] |= run.role is Role.BASELINE and run.outcome.ok
+    return {"environments": list(envs.values()),
+            "workers": [{"owner": w.owner, "done": w.done, "running": w.running,
+                         "interrupted": w.interrupted, "last_seen": w.last_seen.isoformat(),
+                         "live": w.live} for w in workers]}
+
+
+def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[WorkerRecord],
+                  order: Order | None = None) -> dict[str, Any]:
+    """One line of the studies page.
+
+    Keys: the `study_header` keys, `environments` (where it was measured),
+    `trials` (distinct trials measured), `failed` (failed runs), `runs`,
+    `best_confirmed` ({trial, speedup, interval, verdict} of the best
+    confirmed configuration, None when nothing was confirmed),
+    `recommended`, `last_activity` (ISO 8601) and `running` (a claim with a
+    current heartbeat). `order` is `ranking.ordered` of the study when the
+    caller has it.
+    """
+    if order is None:
+        order = ordered(runs, record.objectives, record.memory_budget_bytes)
+    best = next(({"trial": run.trial_number, "speedup": c.estimate.speedup,
+                  "interval": list(c.estimate.speedup_interval), "verdict": c.verdict()}
+                 for run, c in order if c is not None and c.estimate is not None), None)
+    return {**study_header(record), "environments": environments(runs),
+            "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
+            "failed": sum(not r.outcome.ok for r in runs), "runs": len(runs),
+            "best_confirmed": best,
+            "recommended": recommend(runs, record.objectives, record.memory_budget_bytes,
+                                     order=order).recommended,
+            "last_activity": last_activity(runs, workers, record).isoformat(),
+            "running": any(w.live for w in workers)}
+
+
+def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
+               workers: Sequence[WorkerRecord] = (), limit: int = 10) -> dict[str, Any]:
+    """Everything the study page shows.
+
+    Keys: `study` (header), `summary` (as on the studies page), `recommendation`,
+    `best` (exactly `best --format json` for the same `limit`), `programs`
+    (for each row's trial, the other trials of its program: see
+    `program_groups`), `notes` ({kind, text}), `best_so_far`,
+    `scatter`, `contributions`, `failures`, `progress`.
+    """
+    order = ordered(runs, record.objectives, record.memory_budget_bytes)
+    rows = best_rows(runs, catalog, limit=limit, memory_budget=record.memory_budget_bytes,
+                     objectives=record.objectives, order=order)
+    rec, state = _recommended(record, runs, catalog, order)
+    return {
+        "study": study_header(record),
+        "summary": study_summary(record, runs, workers, order),
+        "recommendation": recommendation_view(rec, state, catalog),
+        "best": [best_row_json(row) for row in rows],
+        "programs": program_groups(runs, [row.run.trial_number for row in rows]),
+        "notes": [{"kind": n.kind, "text": n.text} for n in study_notes(record, runs, rows)],
+        "best_so_far": best_so_far(runs),
+        "scatter": scatter(record, runs),
+        "contributions": contributions(rec, state),
+        "failures": failures(runs),
+        "progress": progress(runs, workers),
+    }
+
+
+def _run_view(run: RunRecord) -> dict[str, Any]:
+    """One run of a trial with every figure it holds: the run's own keys, then every field
+    of its `Measurement` (all None, steps empty, when it measured nothing) and
+    `median_step_s`."""
+    o, m = run.outcome, run.outcome.measurement
+    measured = asdict(m) if m is not None else {
+        **dict.fromkeys(f.name for f in fields(Measurement)),
+        "step_times_s": (), "baseline_step_times_s": (), "hlo_stats": {}}
+    return {
+        "run": run.id, "role": run.role.value, "outcome": o.kind.value, "message": o.message,
+        "created": run.created_at.isoformat(), "speedup": run.speedup,
+        "duration_s": o.duration_s, "exit_code": o.exit_code, "signal": o.signal,
+        "where": environment_text(run.environment), "stdout_tail": o.stdout_tail,
+        "stderr_tail": o.stderr_tail, **measured, "median_step_s": m.median_s if m else None,
+    }
+
+
+def trial_runs(runs: Sequence[RunRecord], number: int) -> list[RunRecord]:
+    """The runs of trial `number` (its search run first, then confirmation and the rest)."""
+    return [r for r in runs if r.trial_number == number]
+
+
+def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
+               catalog: Any) -> dict[str, Any] | None:
+    """Everything the trial page shows, or None when the study has no such trial.
+
+    Keys: `study`, `trial`, `flags` (every flag as measured), `changed`
+    (those that differ from XLA's defaults), `env` (the variables the trial was
+    given), `xla_flags` (the ready `XLA_FLAGS` line of its flags), `confirmation`
+    (verdict text, None when not confirmed), `same_program_as_baseline`,
+    `runs` (each run's figures, step times and log tails).
+    """
+    from autotune.flags.compose import xla_flags_string
+
+    mine = trial_runs(runs, number)
+    if not mine:
+        return None
+    head = mine[0]
+    conf = confirmation(runs, head) if head.role in RANKED_ROLES and head.outcome.ok else None
+    m = head.outcome.measurement
+    return {
+        "study": study_header(record), "trial": number, "role": head.role.value,
+        "flags": dict(head.flags), "changed": changed_flags(head.flags, catalog),
+        "env": dict(head.env), "xla_flags": xla_flags_string(head.flags, catalog),
+        "confirmation": verdict_text(conf) if conf is not None else None,
+        "same_program_as_baseline": m.same_program_as_baseline if m else None,
+        "runs": [_run_view(r) for r in mine],
+    }
+
+
+def compare_trials(runs: list[RunRecord], a: int, b: int,
+                   catalog: Any) -> dict[str, Any] | None:
+    """Two trials side by side: their flag diff and whether they are one program.
+
+    Keys: `a`, `b` (trial numbers), `diff` ({flag, a, b} for every flag whose
+    effective value differs; None where a trial leaves XLA's default), `same`
+    (flags set alike in both), `same_program` (True/False by fingerprint, None
+    when either is unknown), `speedup_a`, `speedup_b` (the search's figures).
+    None when either trial does not exist.
+    """
+    ra, rb = trial_runs(runs, a), trial_runs(runs, b)
+    if not ra or not rb:
+        return None
+    fa, fb = changed_flags(ra[0].flags, catalog), changed_flags(rb[0].flags, catalog)
+    names = sorted(set(fa) | set(fb))
+    prints = [r[0].outcome.measurement.fingerprint if r[0].outcome.measurement else None
+              for r in (ra, rb)]
+    return {
+        "a": a, "b": b,
+        "diff": [{"flag": n, "a": fa.get(n), "b": fb.get(n)} for n in names
+                 if fa.get(n) != fb.get(n)],
+        "same": {n: fa[n] for n in names if n in fa and n in fb and fa[n] == fb[n]},
+        "same_program": None if None in prints else prints[0] == prints[1],
+        "speedup_a": ra[0].speedup, "speedup_b": rb[0].speedup,
+    }
+
+
+def _claimed(runs: list[RunRecord], run: RunRecord) -> dict[str, Any]:
+    """A configuration's figure in one study: confirmed when it was, else the search's."""
+    conf = confirmation(runs, run)
+    estimate = conf.estimate if conf is not None else None
+    return {"trial": run.trial_number,
+            "speedup": estimate.speedup if estimate else run.speedup,
+            "interval": list(estimate.speedup_interval) if estimate else None,
+            "verdict": verdict_text(conf)}
+
+
+def _by_config(runs: list[RunRecord], budget: int | None,
+               catalog: Any) -> dict[str, RunRecord]:
+    """Each ranked configuration of a study, keyed by its effective flags."""
+    from autotune.flags.compose import config_key
+
+    return {config_key(changed_flags(r.flags, catalog)): r for r in ranked(runs, budget)}
+
+
+def _holds(winner: dict[str, Any] | None, other: Mapping[str, RunRecord],
+           other_runs: list[RunRecord], catalog: Any) -> dict[str, Any] | None:
+    """How one study's recommended configuration measured in the other study."""
+    from autotune.flags.compose import config_key
+
+    if winner is None:
+        return None
+    twin = other.get(config_key(winner["flags"]))
+    if twin is None:
+        return {**winner, "there": None, "holds": None,
+                "text": "not measured in the other study"}
+    there = _claimed(other_runs, twin)
+    holds = there["interval"][0] > 1.0 if there["interval"] else None
+    return {**winner, "there": there, "holds": holds,
+            "text": "holds" if holds else ("does not hold" if holds is False
+                                           else "measured there, not confirmed")}
+
+
+def compare_studies(ra: StudyRecord, runs_a: list[RunRecord], rb: StudyRecord,
+                    runs_b: list[RunRecord], catalog: Any) -> dict[str, Any]:
+    """Two studies side by side: does a tuned configuration transfer?
+
+    Keys: `a`, `b` (headers with `environments`), `same_space`, `common`
+    ({flags, a, b}: each configuration both measured, with each study's
+    figure), `winner_a_on_b` and `winner_b_on_a` (the recommendation of one,
+    with how it measured in the other and whether it `holds` there: its
+    confirmed interval lies above 1.0; None when nothing is recommended).
+    """
+    ka = _by_config(runs_a, ra.memory_budget_bytes, catalog)
+    kb = _by_config(runs_b, rb.memory_budget_bytes, catalog)
+    common = [{"flags": changed_flags(ka[k].flags, catalog), "a": _claimed(runs_a, ka[k]),
+               "b": _claimed(runs_b, kb[k])} for k in ka if k in kb]
+    common.sort(key=lambda row: -(row["a"]["speedup"] or 0))
+    winners = [recommendation_view(*_recommended(r, runs, catalog), catalog)
+               for r, runs in ((ra, runs_a), (rb, runs_b))]
+    pick = [w if w["recommended"] else None for w in winners]
+
+    def header(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
+        return {**study_header(record), "environments": environments(runs)}
+
+    return {"a": header(ra, runs_a), "b": header(rb, runs_b), "same_space": ra.space == rb.space,
+            "common": common, "winner_a_on_b": _holds(pick[0], kb, runs_b, catalog),
+            "winner_b_on_a": _holds(pick[1], ka, runs_a, catalog)}

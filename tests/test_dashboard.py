@@ -1,0 +1,314 @@
+"""The dashboard's routes and `autotune report`, in-process, on stored studies (no JAX).
+
+Studies are written through the real store (SQLite; the route test runs on
+PostgreSQL too) and read through Starlette's test client, so every route,
+template and escape runs as it does under `autotune dashboard`. The tests in a
+real browser, over a real study, are in test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import invoke
+from starlette.testclient import TestClient
+
+from autotune.dashboard.app import create_app, routes
+from autotune.records import (
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    TrialOutcome,
+)
+from autotune.storage import Store
+
+FAST = "xla_cpu_enable_fast_math"
+PASSES = "xla_disable_hlo_passes"
+EVIL = "<script>window.pwned=1</script>"
+HOST = Environment("host-a", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
+
+
+def paired(ratio: float, fingerprint: str, n: int = 6) -> Measurement:
+    base = tuple(1e-3 * (1 + 0.01 * i) for i in range(n))
+    return Measurement(step_times_s=tuple(t * ratio for t in base), baseline_step_times_s=base,
+                       compile_time_s=0.4, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
+                       baseline_fingerprint="base", peak_memory_bytes=66_000,
+                       memory_source="memory_analysis", hlo_stats={"all-reduce": 2, "fusion": 5},
+                       backend="cpu", device_kind="cpu", device_count=1)
+
+
+def fill(store: Store, name: str, *, evil: bool = False) -> None:
+    """A study: baseline, three search trials (one with an HTML flag value and message),
+    a failure, and three confirmation rounds that make trial 1 confirmed faster."""
+    store.ensure_study(name, "cpu", "matmul", "tiny", 1, "paired")
+    ok = OutcomeKind.OK
+
+    def run(trial: int, role: Role, flags: dict[str, Any], outcome: TrialOutcome,
+            ratio: float | None = None) -> None:
+        store.record_run(name, trial, role, flags, {"XLA_FLAGS": "--x"}, outcome, HOST,
+                         ratio=ratio, env_key="host-a")
+
+    run(0, Role.BASELINE, {}, TrialOutcome(ok, "", paired(1.0, "base")))
+    run(1, Role.SEARCH, {FAST: True}, TrialOutcome(ok, "", paired(0.8, "fast")))
+    odd = {PASSES: EVIL} if evil else {PASSES: "rematerialization"}
+    run(2, Role.SEARCH, odd, TrialOutcome(ok, EVIL if evil else "", paired(0.95, "passes"),
+                                          stderr_tail=EVIL if evil else "log"))
+    run(3, Role.SEARCH, {"xla_backend_optimization_level": 0},
+        TrialOutcome(OutcomeKind.TIMEOUT, EVIL if evil else "timed out after 60 s"))
+    for _ in range(3):
+        run(1, Role.CONFIRM, {FAST: True}, TrialOutcome(ok, "", paired(0.8, "fast")))
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    with Store.open(url) as store:
+        fill(store, "s")
+        fill(store, "t")
+        fill(store, EVIL, evil=True)
+    return url
+
+
+@pytest.fixture
+def client(db: str) -> TestClient:
+    return TestClient(create_app(Store.open(db, upgrade=False), refresh_s=0))
+
+
+def test_every_page_answers_on_sqlite_and_postgresql(url: str):
+    with Store.open(url) as store:
+        fill(store, "s")
+        fill(store, "t")
+    app = create_app(Store.open(url, upgrade=False))
+    with TestClient(app) as c:
+        for path in ("/", "/study/s", "/study/s/trial/1", "/study/s/compare/1/2",
+                     "/compare?a=s&b=t", "/study/s/export.yaml", "/study/s/trial/2/export.env",
+                     "/api/studies", "/api/study/s", "/api/study/s/version",
+                     "/api/study/s/trial/1", "/static/plotly.min.js", "/static/dashboard.js"):
+            assert c.get(path).status_code == 200, path
+
+
+def test_the_study_page_shows_the_read_model(client: TestClient):
+    rec = client.get("/api/study/s").json()["recommendation"]
+    assert rec["trial"] == 1 and rec["recommended"] and rec["speedup"] == pytest.approx(1.25)
+    low, high = rec["interval"]
+    html = client.get("/study/s").text
+    assert f"apply trial 1: ×1.250 [{low:.3f}, {high:.3f}] faster than XLA's defaults" in html
+    assert f"<code>{FAST}=true</code>" in html
+    assert '<tr data-trial="1" data-rank="1" class="recommended">' in html
+    assert "<b>timeout</b>: 1 run" in html and "timed out after 60 s" in html
+    assert "host-a: cpu x1, jax 0.10.2" in html
+    assert ">None<" not in html and "None</" not in html  # a missing value is never "None"
+
+
+def test_a_trial_page_shows_flags_env_steps_memory_collectives_and_logs(client: TestClient):
+    html = client.get("/study/s/trial/1").text
+    assert '<code id="xla-flags">--xla_cpu_enable_fast_math=true</code>' in html
+    assert "64.5 KiB (from memory_analysis)" in html
+    assert '<span class="stat">all-reduce: 2</span>' in html
+    assert html.count('class="chart steps"') == 4  # the search run and three confirm runs
+    data = client.get("/api/study/s/trial/1").json()
+    assert len(data["runs"][0]["baseline_step_times_s"]) == 6
+
+
+def test_comparisons_show_the_diff_and_the_program(client: TestClient):
+    html = client.get("/study/s/compare/1/2").text
+    assert "They compiled to different programs." in html
+    assert f"<td><code>{FAST}</code></td><td><code>true</code></td>" in html
+    studies = client.get("/compare?a=s&b=t").text
+    assert "where it was tuned): <b>holds</b> on B: ×1.250" in studies
+
+
+def test_outside_text_is_escaped_everywhere(client: TestClient):
+    from urllib.parse import quote
+
+    seg = quote(EVIL, safe="")
+    for path in ("/", f"/study/{seg}", f"/study/{seg}/trial/2", f"/study/{seg}/compare/1/2",
+                 f"/compare?a={seg}&b=s", f"/study/{seg}/trial/99", f"/study/{seg}x"):
+        html = client.get(path).text
+        assert EVIL not in html, path
+        assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in html, path
+
+
+def test_a_missing_study_or_trial_is_a_404_page_with_a_link_back(client: TestClient):
+    for path, words in (("/study/nope", "no study called &#39;nope&#39;"),
+                        ("/study/s/trial/42", "study &#39;s&#39; has no trial 42"),
+                        ("/study/s/compare/1/42", "has no trial 42"),
+                        ("/compare?a=s&b=nope", "no study called &#39;nope&#39;"),
+                        ("/compare?a=s", "name the two studies"),
+                        ("/study/s/export.xml", "no export format"),
+                        ("/study/s/trial/3/export.yaml", "trial 3")):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert words in response.text, path
+        assert '<a id="back" href="/">Back to the studies</a>' in response.text
+    assert client.get("/api/study/nope").json() == {"error": "no study called 'nope' in this "
+                                                             "database"}
+
+
+def test_no_route_writes(client: TestClient, db: str):
+    """Every route answers GET (and HEAD) only; the database is byte-identical after."""
+    before = Path(db.removeprefix("sqlite:///")).read_bytes()
+    paths = ["/", "/study/s", "/study/s/trial/1", "/study/s/compare/1/2", "/compare?a=s&b=t",
+             "/study/s/export.yaml", "/study/s/trial/1/export.json", "/api/studies",
+             "/api/study/s", "/api/study/s/version", "/api/study/s/trial/1", "/api/version"]
+    for route in routes():
+        assert getattr(route, "methods", None) in (None, {"GET", "HEAD"}), route.path
+    for path in paths:
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            response = client.request(method, path)
+            assert response.status_code == 405, (method, path)
+    assert Path(db.removeprefix("sqlite:///")).read_bytes() == before
+
+
+def test_a_download_is_byte_identical_to_autotune_export(client: TestClient, db: str,
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    for fmt in ("yaml", "json", "env", "jax"):
+        for path, args in ((f"/study/s/export.{fmt}", []),
+                           (f"/study/s/trial/2/export.{fmt}", ["--trial", "2"])):
+            target = tmp_path / f"out.{fmt}"
+            result = invoke("export", "s", "--storage", db, "--format", fmt, "-o", str(target),
+                            *args, cwd=tmp_path)
+            assert result.exit_code == 0, result.output
+            assert client.get(path).content == target.read_bytes(), path
+
+
+def test_the_version_changes_when_a_run_is_stored(client: TestClient, db: str):
+    before = client.get("/api/study/s/version").json()["version"]
+    assert client.get("/api/study/s/version").json()["version"] == before
+    with Store.open(db) as store:
+        store.record_run("s", 4, Role.SEARCH, {FAST: False}, {},
+                         TrialOutcome(OutcomeKind.OK, "", paired(1.0, "base")), HOST)
+    assert client.get("/api/study/s/version").json()["version"] != before
+    assert client.get("/api/study/s").json()["summary"]["trials"] == 5
+    reader = client.app.state.reader  # type: ignore[attr-defined]
+    with Store.open(db) as store:  # read again since the last read, not from the start
+        assert reader.read("s")[1] == store.runs("s")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--storage", "sqlite:///nowhere/x.db"], "no database at nowhere/x.db"),
+    (["--storage", "mysql+nodriver://u@h/db"], "error:"),
+    (["--storage", "bogus"], "error:"),
+])
+def test_a_bad_storage_url_is_one_clear_error(args: list[str], words: str, tmp_path: Path):
+    result = invoke("dashboard", *args, cwd=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+
+
+def test_a_port_in_use_is_one_clear_error(db: str, tmp_path: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = invoke("dashboard", "--storage", db, "--port", str(port), cwd=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert f"port {port} on 127.0.0.1 is in use" in result.output
+    assert "--port" in result.output
+
+
+def test_the_html_report_is_one_file_with_everything_inlined(db: str, tmp_path: Path):
+    result = invoke("report", "s", "--storage", db, "-o", "r.html", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "r.html").read_text()
+    page = re.sub(r"<script>.*?</script>", "", html, flags=re.S)  # the inlined scripts
+    assert not re.search(r"""(src|href)=["'](?!#|data:)""", page)  # nothing to fetch
+    assert "Plotly.newPlot" in html and "apply trial 1" in html
+    assert html.count("<script>") == 2 and '<script src' not in page
+
+
+def test_the_markdown_report_has_the_table_and_its_charts_beside_it(db: str, tmp_path: Path):
+    result = invoke("report", EVIL, "--storage", db, "--format", "md", "-o", "r.md",
+                    cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r.md").read_text()
+    assert "![r-progress.png](r-progress.png)" in text
+    assert "| 1 | 1 |" in text and f"`{FAST}=true`" in text
+    # Markdown shows a code span as it is written; outside one, HTML is escaped.
+    assert EVIL not in text.replace(f"`{PASSES}={EVIL}`", "") and "&lt;script&gt;" in text
+    for chart in ("r-progress.png", "r-scatter.png"):
+        assert (tmp_path / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_of_a_missing_study_exits_2_naming_it(db: str, tmp_path: Path):
+    result = invoke("report", "nope", "--storage", db, cwd=tmp_path)
+    assert result.exit_code == 2 and "nope" in result.output
+    bad = invoke("report", "s", "--storage", db, "--format", "pdf", cwd=tmp_path)
+    assert bad.exit_code == 2 and "unknown report format 'pdf'" in bad.output
+
+
+def test_the_studies_api_lists_each_study_once(client: TestClient):
+    names = [row["name"] for row in client.get("/api/studies").json()]
+    assert sorted(names) == sorted(["s", "t", EVIL])
+    version = json.loads(client.get("/api/version").text)["version"]
+    assert version == client.get("/api/version").json()["version"] and len(version) == 64
+
+
+def wsgi_get(app: Any, path: str) -> tuple[str, Any]:
+    """GET `path` from a WSGI app; (status line, decoded JSON body)."""
+    from wsgiref.util import setup_testing_defaults
+
+    environ: dict[str, Any] = {"PATH_INFO": path, "REQUEST_METHOD": "GET"}
+    setup_testing_defaults(environ)
+    status: list[str] = []
+    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
+    return status[0], json.loads(body)
+
+
+@pytest.mark.parametrize("first", ["autotune", "optuna"])
+def test_optuna_dashboard_opens_the_same_database(first: str, tmp_path: Path):
+    """autotune's tables (and their version table) break neither Optuna nor Optuna's own
+    dashboard, whichever made its tables first, and autotune's dashboard reads on."""
+    import optuna
+    import optuna_dashboard
+
+    from autotune._optuna import rdb_storage
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = rdb_storage(url, create=True) if first == "optuna" else None
+    with Store.open(url) as store:
+        fill(store, "s")
+    study = optuna.create_study(study_name="s", storage=storage or rdb_storage(url, create=True))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    status, body = wsgi_get(optuna_dashboard.wsgi(url), "/api/studies")
+    assert status.startswith("200"), body
+    assert [s["study_name"] for s in body["study_summaries"]] == ["s"]
+    status, detail = wsgi_get(optuna_dashboard.wsgi(url), f"/api/studies/{study._study_id}")
+    assert status.startswith("200") and len(detail["trials"]) == 3
+    with TestClient(create_app(Store.open(url, upgrade=False))) as c:
+        assert c.get("/api/study/s").json()["recommendation"]["trial"] == 1
+
+
+def test_workers_and_the_version_come_from_the_claims(url: str):
+    """`Store.workers` counts each process's claims by state and tells live from silent;
+    `Store.version` changes with a claim taken or ended, not with a live heartbeat."""
+    from autotune.records import ClaimState
+
+    with Store.open(url) as store:
+        store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
+        take = [store.claim("s", "h", f"k{i}", Role.SEARCH, {}, i, owner)[1]
+                for i, owner in enumerate([("a", 1), ("a", 1), ("b", 2), ("b", 2)])]
+        assert all(c is not None for c in take)
+        store.release(take[0].id, ClaimState.DONE)  # type: ignore[union-attr]
+        store.release(take[2].id)  # type: ignore[union-attr]  (interrupted)
+        before = store.version("s")
+        assert store.beat(take[1].id)  # type: ignore[union-attr]
+        assert store.version("s") == before
+        workers = {w.owner: w for w in store.workers("s")}
+        assert [(w.done, w.running, w.interrupted, w.live) for w in workers.values()] == [
+            (1, 1, 0, True), (0, 1, 1, True)]
+        assert [(w.live) for w in store.workers("s", within_s=-60)] == [False, False]
+        assert store.version("s", within_s=-60) != before  # workers gone silent
+        store.release(take[3].id)  # type: ignore[union-attr]
+        assert store.version("s") != before
+        assert {w.owner: w.running for w in store.workers("s")} == {"a:1": 1, "b:2": 0}

@@ -1,0 +1,391 @@
+"""The dashboard's read model (`results.view`), in-process, on studies built by hand.
+
+Every page is a mapping computed from plain records; these tests pin what each
+key says, so the dashboard and the report (which only lay them out) say it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from test_ranking import FAST, LEVEL, WIDTH, Runs, measurement, tiered_study
+
+from autotune.flags.catalog import load_catalog
+from autotune.records import (
+    Environment,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    StudyRecord,
+    WorkerRecord,
+)
+from autotune.results.ranking import best_row_json, best_rows
+from autotune.results.view import (
+    best_so_far,
+    compare_studies,
+    compare_trials,
+    environment_text,
+    failures,
+    program_groups,
+    progress,
+    scatter,
+    study_header,
+    study_page,
+    study_summary,
+    trial_page,
+)
+
+CATALOG = load_catalog()
+WHEN = datetime(2026, 1, 1, tzinfo=UTC)
+HOST = Environment("h1", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 8)
+
+
+def record(name: str = "s", **changes: object) -> StudyRecord:
+    base = StudyRecord(name, "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, WHEN)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def worker(host: str, pid: int, done: int, running: int, interrupted: int, live: bool,
+           seen: datetime = WHEN) -> WorkerRecord:
+    return WorkerRecord(host, pid, done, running, interrupted, seen, live)
+
+
+def test_the_best_key_is_exactly_best_format_json():
+    runs = tiered_study().runs
+    page = study_page(record(), runs, CATALOG)
+    expected = [best_row_json(r) for r in best_rows(runs, CATALOG)]
+    assert page["best"] == expected
+    assert [row["trial"] for row in page["best"]] == [0, 2, 3, 4, 7, 1, 5, 6]
+
+
+def test_the_recommendation_names_the_winner_with_its_interval_or_the_defaults():
+    page = study_page(record(), tiered_study().runs, CATALOG)
+    rec = page["recommendation"]
+    assert (rec["recommended"], rec["trial"], rec["flags"]) == (True, 2, {FAST: True})
+    assert rec["speedup"] == 1.25 and rec["interval"] == [1.25, 1.25]
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, trial=1)
+    rec = study_page(record(), s.runs, CATALOG)["recommendation"]
+    assert rec["recommended"] is False and rec["flags"] == {} and rec["speedup"] is None
+    assert rec["text"].startswith("defaults: nothing measurably faster (no configuration "
+                                  "was confirmed")
+
+
+def test_best_so_far_follows_the_search_order_and_skips_failures():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    s.add(Role.SEARCH, {FAST: True}, 0.8)
+    s.add(Role.SEARCH, {LEVEL: 1}, None, kind=OutcomeKind.PRUNED)
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.9)
+    s.add(Role.CONFIRM, {FAST: True}, 0.5, trial=1)  # not the search's progress
+    points = best_so_far(s.runs)
+    assert [(p["n"], p["trial"], p["speedup"], p["best"]) for p in points] == [
+        (1, 0, 1.0, 1.0), (2, 1, 1.25, 1.25), (3, 2, None, 1.25), (4, 3, 1 / 0.9, 1.25)]
+
+
+def test_failures_group_by_kind_most_frequent_first_with_distinct_messages():
+    s = Runs()
+    for i in range(7):
+        run = s.add(Role.SEARCH, {LEVEL: i}, None, kind=OutcomeKind.TIMEOUT)
+        s.runs[-1] = replace(run, outcome=replace(run.outcome, message=f"timed out {i % 6}"))
+    run = s.add(Role.SEARCH, {FAST: True}, None, kind=OutcomeKind.COMPILE_ERROR)
+    s.runs[-1] = replace(run, outcome=replace(run.outcome, message="<b>bad</b>"))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9)
+    got = failures(s.runs)
+    assert [(f["kind"], f["count"]) for f in got] == [("timeout", 7), ("compile_error", 1)]
+    assert [m["message"] for m in got[0]["messages"]] == [f"timed out {i}" for i in range(5)]
+    assert got[1]["messages"] == [{"trial": 7, "role": "search", "message": "<b>bad</b>"}]
+
+
+def test_program_groups_join_the_trials_of_one_fingerprint():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.9))
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.95, m=measurement(0.9))  # same fingerprint "p0.9"
+    s.add(Role.SEARCH, {LEVEL: 1}, 1.1)
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=measurement(0.9))
+    s.add(Role.SEARCH, {WIDTH: 512}, 0.9, m=measurement(0.9))
+    assert program_groups(s.runs, [0, 2, 7, None]) == {
+        "0": {"count": 3, "trials": [1, 3, 4]}, "2": {"count": 0, "trials": []}}
+    assert program_groups(s.runs, [4], most=2) == {"4": {"count": 3, "trials": [0, 1]}}
+
+
+def test_progress_counts_per_environment_and_lists_each_worker():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, environment=HOST)
+    s.add(Role.SEARCH, {FAST: True}, None, kind=OutcomeKind.OOM, environment=HOST)
+    got = progress(s.runs, [worker("h1", 10, 1, 1, 0, True), worker("h2", 20, 0, 1, 1, False)])
+    assert got["environments"] == [{"env_key": "h1", "where": "h1: cpu x8, jax 0.10.2",
+                                    "runs": 2, "ok": 1, "failed": 1, "baseline": True}]
+    assert got["workers"] == [
+        {"owner": "h1:10", "done": 1, "running": 1, "interrupted": 0,
+         "last_seen": WHEN.isoformat(), "live": True},
+        {"owner": "h2:20", "done": 0, "running": 1, "interrupted": 1,
+         "last_seen": WHEN.isoformat(), "live": False}]
+
+
+def test_the_summary_is_running_only_with_a_live_worker_and_names_the_best_confirmed():
+    runs = tiered_study().runs
+    idle = study_summary(record(), runs, [worker("h1", 1, 3, 0, 0, False)])
+    assert (idle["running"], idle["recommended"], idle["trials"]) == (False, True, 8)
+    assert idle["best_confirmed"] == {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
+                                      "verdict": "faster"}
+    assert idle["failed"] == 1 and idle["last_activity"] == WHEN.isoformat()
+    later = WHEN + timedelta(hours=2)
+    busy = study_summary(record(), runs, [worker("h1", 1, 3, 1, 0, True, later)])
+    assert busy["running"] is True and busy["last_activity"] == later.isoformat()
+
+
+def test_a_trial_page_holds_every_run_its_flags_and_the_xla_flags_line():
+    runs = tiered_study().runs
+    page = trial_page(record(), runs, 2, CATALOG)
+    assert page is not None
+    assert page["flags"] == {FAST: True} and page["changed"] == {FAST: True}
+    assert page["xla_flags"] == "--xla_cpu_enable_fast_math=true"
+    assert [r["role"] for r in page["runs"]] == ["search", "confirm", "confirm", "confirm"]
+    assert list(page["runs"][1]["step_times_s"]) == [0.8] * 6
+    assert list(page["runs"][1]["baseline_step_times_s"]) == [1.0] * 6
+    assert page["confirmation"] == "×1.250 [1.250, 1.250] faster"
+    assert trial_page(record(), runs, 99, CATALOG) is None
+
+
+def test_comparing_two_trials_shows_the_flag_diff_and_whether_they_are_one_program():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 128}, 0.9, m=measurement(0.9))
+    s.add(Role.SEARCH, {FAST: True, LEVEL: 2}, 0.9, m=measurement(0.9))
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.7)
+    got = compare_trials(s.runs, 0, 1, CATALOG)
+    assert got is not None and got["same_program"] is True
+    assert got["diff"] == [{"flag": LEVEL, "a": None, "b": 2},
+                           {"flag": WIDTH, "a": 128, "b": None}]
+    assert got["same"] == {FAST: True}
+    other = compare_trials(s.runs, 0, 2, CATALOG)
+    assert other is not None and other["same_program"] is False
+    assert compare_trials(s.runs, 0, 42, CATALOG) is None
+
+
+def test_comparing_two_studies_says_whether_each_winner_holds_on_the_other():
+    a = tiered_study().runs  # recommends FAST (confirmed x1.25)
+    b = Runs()
+    b.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    b.add(Role.SEARCH, {FAST: True}, 0.9, trial=1)
+    for cand in (1.0, 1.05, 0.98):  # FAST confirmed as no measurable gain on B
+        b.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(cand))
+    b.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, 0.95, trial=2)
+    got = compare_studies(record("a"), a, record("b"), b.runs, CATALOG)
+    assert got["same_space"] is True
+    assert got["winner_a_on_b"]["holds"] is False
+    assert got["winner_a_on_b"]["text"] == "does not hold"
+    assert got["winner_a_on_b"]["there"]["trial"] == 1
+    assert got["winner_b_on_a"] is None  # B recommends XLA's defaults
+    common = {tuple(sorted(row["flags"])): row for row in got["common"]}
+    assert set(common) == {(FAST,), ("xla_cpu_use_xnnpack",)}
+    assert common[(FAST,)]["a"]["speedup"] == 1.25
+    c = Runs()
+    c.add(Role.SEARCH, {LEVEL: 0}, 0.9, trial=1)
+    far = compare_studies(record("a"), a, record("c", space="gpu-runtime"), c.runs, CATALOG)
+    assert far["same_space"] is False and far["common"] == []
+    assert far["winner_a_on_b"]["text"] == "not measured in the other study"
+
+
+def test_contributions_list_the_ablation_with_no_program_change_flags_apart():
+    from autotune.results.ranking import Recommendation
+    from autotune.results.shrink import Effect, Removal, Shrink
+    from autotune.results.view import contributions
+    from autotune.stats import RatioEstimate
+
+    run = tiered_study().runs[2]
+    state = Shrink(run.trial_number or 0, {FAST: True, WIDTH: 128, LEVEL: 2}, {FAST: True},
+                   [Removal(FAST, True, Effect.SLOWER, False,
+                            RatioEstimate(1.2, 1.1, 1.3, 0.95, 4, 80)),
+                    Removal(WIDTH, 128, Effect.NO_PROGRAM_CHANGE, True),
+                    Removal(LEVEL, 2, Effect.NOT_SLOWER, True,
+                            RatioEstimate(1.0, 0.95, 1.05, 0.95, 4, 80))])
+    got = contributions(Recommendation(run, None, "why"), state)
+    assert [(f["flag"], f["measurable"], f["dropped"]) for f in got["measured"]] == [
+        (FAST, True, False), (LEVEL, False, True)]
+    assert [f["flag"] for f in got["no_program_change"]] == [WIDTH]
+    assert got["trial"] == run.trial_number and got["done"] is True
+    nothing = contributions(Recommendation(None, None, "keep XLA's defaults"), None)
+    assert (nothing["measured"], nothing["no_program_change"], nothing["note"]) == (
+        [], [], "keep XLA's defaults")
+
+
+# --- every key, exactly: a renamed key or a changed value is a page that says otherwise ----
+
+HEADER = {"name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 1,
+          "mode": "paired", "objectives": ["time"], "memory_budget_bytes": None,
+          "space_backend": None, "created": "2026-01-01T00:00:00+00:00"}
+
+
+def test_the_header_and_the_summary_hold_exactly_these_keys():
+    assert study_header(record()) == HEADER
+    runs = tiered_study().runs
+    assert study_summary(record(), runs, []) == {
+        **HEADER, "environments": [], "trials": 8, "failed": 1, "runs": 24,
+        "best_confirmed": {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
+                           "verdict": "faster"},
+        "recommended": True, "last_activity": WHEN.isoformat(), "running": False}
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, environment=HOST)
+    s.add(Role.SEARCH, {FAST: True}, 0.9, environment=replace(HOST, host="h2"))
+    got = study_summary(record(memory_budget_bytes=5, objectives=("time", "memory")), s.runs, [])
+    assert got["environments"] == ["h1: cpu x8, jax 0.10.2", "h2: cpu x8, jax 0.10.2"]
+    assert (got["best_confirmed"], got["recommended"], got["memory_budget_bytes"],
+            got["objectives"]) == (None, False, 5, ["time", "memory"])
+
+
+def test_where_names_the_device_kind_else_the_backend():
+    assert environment_text(HOST) == "h1: cpu x8, jax 0.10.2"
+    assert environment_text(replace(HOST, device_kind="", backend="gpu")) == \
+        "h1: gpu x8, jax 0.10.2"
+    assert environment_text(None) == "unknown"
+
+
+def test_the_recommendation_holds_exactly_these_keys():
+    page = study_page(record(), tiered_study().runs, CATALOG)
+    assert page["recommendation"] == {
+        "recommended": True, "trial": 2, "flags": {FAST: True}, "speedup": 1.25,
+        "interval": [1.25, 1.25], "text": "trial 2: ×1.250 [1.250, 1.250] faster",
+        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
+                  "processes; the numerics guard passed"}
+    assert sorted(page) == ["best", "best_so_far", "contributions", "failures", "notes",
+                            "programs", "progress", "recommendation", "scatter", "study",
+                            "summary"]
+    assert page["study"] == HEADER and page["summary"]["trials"] == 8
+    assert page["notes"][0] == {"kind": "outcomes",
+                                "text": "runs by outcome: numerics_mismatch: 1, ok: 23"}
+    assert page["programs"]["0"] == {"count": 1, "trials": [7]}  # 7: the baseline's program
+    assert page["failures"] == [{"kind": "numerics_mismatch", "count": 1, "messages": [
+        {"trial": 6, "role": "confirm", "message": ""}]}]
+    assert [p["trial"] for p in page["best_so_far"]] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert page["progress"] == {"environments": [{
+        "env_key": "unknown", "where": "unknown", "runs": 24, "ok": 23, "failed": 1,
+        "baseline": True}], "workers": []}
+    assert page["contributions"]["trial"] == 2
+
+
+def test_the_scatter_holds_every_ranked_configuration_and_rings_the_front_of_two_objectives():
+    from test_ranking import memory_study
+
+    runs = memory_study().runs
+    one = scatter(record(), runs)
+    assert one["two_objectives"] is False and not any(p["pareto"] for p in one["points"])
+    two = scatter(record(objectives=("time", "memory")), runs)
+    assert two["two_objectives"] is True
+    assert [(p["trial"], p["median_step_s"], p["peak_memory_bytes"] >> 20, p["pareto"])
+            for p in two["points"]] == [(0, 1.0, 100, False), (1, 0.8, 300, True),
+                                        (2, 0.9, 80, True), (4, 0.9, 90, False),
+                                        (3, 0.95, 200, False), (5, 1.5, 80, False)]
+    assert two["points"][1]["speedup"] == 1.25
+    budget = scatter(record(objectives=("time", "memory"), memory_budget_bytes=250 << 20), runs)
+    assert [p["trial"] for p in budget["points"] if p["pareto"]] == [2]
+    assert 1 not in [p["trial"] for p in budget["points"]]
+
+
+def test_a_run_on_the_trial_page_holds_its_figures_and_logs():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, environment=HOST)
+    m = replace(measurement(0.5), peak_memory_bytes=7, memory_source="memory_stats",
+                rss_peak_bytes=9, hlo_stats={"all-gather": 3}, first_step_time_s=2.0)
+    run = s.add(Role.SEARCH, {FAST: True}, 0.5, m=m, environment=HOST)
+    s.runs[-1] = replace(run, env={"XLA_FLAGS": "--x"}, outcome=replace(
+        run.outcome, stdout_tail="out", stderr_tail="err", duration_s=3.5, exit_code=0))
+    failed = s.add(Role.SEARCH, {LEVEL: 0}, None, kind=OutcomeKind.TIMEOUT)
+    s.runs[-1] = replace(failed, outcome=replace(failed.outcome, message="slow", signal=9))
+    page = trial_page(record(), s.runs, 1, CATALOG)
+    assert page is not None
+    assert {k: v for k, v in page.items() if k != "runs"} == {
+        "study": HEADER, "trial": 1, "role": "search", "flags": {FAST: True},
+        "changed": {FAST: True}, "env": {"XLA_FLAGS": "--x"},
+        "xla_flags": "--xla_cpu_enable_fast_math=true", "confirmation": None,
+        "same_program_as_baseline": False}
+    (got,) = page["runs"]
+    assert {k: got[k] for k in ("run", "role", "outcome", "message", "created", "speedup",
+                                "duration_s", "exit_code", "signal", "where", "stdout_tail",
+                                "stderr_tail", "median_step_s", "compile_time_s",
+                                "first_step_time_s", "peak_memory_bytes", "memory_source",
+                                "rss_peak_bytes", "hlo_stats", "fingerprint",
+                                "same_program_as")} == {
+        "run": 2, "role": "search", "outcome": "ok", "message": "", "created": WHEN.isoformat(),
+        "speedup": 2.0, "duration_s": 3.5, "exit_code": 0, "signal": None,
+        "where": "h1: cpu x8, jax 0.10.2", "stdout_tail": "out", "stderr_tail": "err",
+        "median_step_s": 0.5, "compile_time_s": 1.0, "first_step_time_s": 2.0,
+        "peak_memory_bytes": 7, "memory_source": "memory_stats", "rss_peak_bytes": 9,
+        "hlo_stats": {"all-gather": 3}, "fingerprint": "p0.5", "same_program_as": None}
+    (lost,) = trial_page(record(), s.runs, 2, CATALOG)["runs"]  # type: ignore[index]
+    assert (lost["outcome"], lost["message"], lost["signal"], lost["speedup"]) == (
+        "timeout", "slow", 9, None)
+    assert (lost["step_times_s"], lost["baseline_step_times_s"], lost["hlo_stats"],
+            lost["median_step_s"], lost["peak_memory_bytes"]) == ((), (), {}, None, None)
+
+
+def test_two_trials_compared_hold_exactly_these_keys():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 128}, 0.8, m=replace(measurement(0.8),
+                                                                fingerprint=None))
+    s.add(Role.SEARCH, {FAST: True}, 0.5)
+    assert compare_trials(s.runs, 0, 1, CATALOG) == {
+        "a": 0, "b": 1, "diff": [{"flag": WIDTH, "a": 128, "b": None}],
+        "same": {FAST: True}, "same_program": None, "speedup_a": 1.25, "speedup_b": 2.0}
+    assert compare_trials(s.runs, 42, 1, CATALOG) is None
+
+
+def test_a_winner_that_holds_on_the_other_study_says_so_with_its_figure_there():
+    a, b = tiered_study().runs, tiered_study().runs
+    got = compare_studies(record("a"), a, record("b", space="cpu"), b, CATALOG)
+    there = {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
+             "verdict": "×1.250 [1.250, 1.250] faster"}
+    assert got["winner_a_on_b"] == {
+        "recommended": True, "trial": 2, "flags": {FAST: True}, "speedup": 1.25,
+        "interval": [1.25, 1.25], "text": "holds", "there": there, "holds": True,
+        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
+                  "processes; the numerics guard passed"}
+    assert got["winner_b_on_a"]["holds"] is True
+    assert got["a"] == {**HEADER, "name": "a", "environments": []}
+    assert got["b"]["name"] == "b" and got["same_space"] is True
+    assert got["common"][1] == {"flags": {"xla_cpu_use_xnnpack": False},
+                                "a": {"trial": 1, "speedup": 1 / 0.7, "interval": None,
+                                      "verdict": "not confirmed"},
+                                "b": {"trial": 1, "speedup": 1 / 0.7, "interval": None,
+                                      "verdict": "not confirmed"}}
+    # by A's claimed figure, confirmed where it was: trial 6 (x1.667, broke the guard) first
+    assert [row["a"]["trial"] for row in got["common"]] == [6, 1, 3, 2, 7, 4, 5]
+    c = Runs()
+    c.add(Role.SEARCH, {FAST: True}, 0.9, trial=1)  # measured there, never confirmed
+    unconfirmed = compare_studies(record("a"), a, record("c"), c.runs, CATALOG)
+    assert (unconfirmed["winner_a_on_b"]["holds"], unconfirmed["winner_a_on_b"]["text"]) == (
+        None, "measured there, not confirmed")
+
+
+def test_the_recommendation_of_defaults_and_of_a_shrunk_configuration():
+    from autotune.results.ranking import Recommendation
+    from autotune.results.shrink import Shrink, Step
+    from autotune.results.view import recommendation_view
+
+    assert recommendation_view(Recommendation(None, None, "why"), None, CATALOG) == {
+        "recommended": False, "trial": None, "reason": "why", "flags": {}, "speedup": None,
+        "interval": None, "text": "defaults: nothing measurably faster (why)"}
+    runs = tiered_study().runs
+    run = runs[2]
+    rec = Recommendation(run, None, "because")
+    done = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2})
+    assert recommendation_view(rec, done, CATALOG) == {
+        "recommended": True, "trial": 2, "reason": "because", "flags": {LEVEL: 2},
+        "speedup": None, "interval": None, "text": "trial 2: not confirmed"}
+    pending = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2}, next=Step({}, Role.MINIMAL))
+    assert recommendation_view(rec, pending, CATALOG)["flags"] == {FAST: True}  # as confirmed
+
+
+def test_the_best_key_shows_ten_configurations_unless_told_and_respects_the_budget():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=10, same=True))
+    for i in range(12):
+        s.add(Role.SEARCH, {WIDTH: 100 + i}, 0.5 + i / 100,
+              m=measurement(0.5 + i / 100, memory=100 if i == 0 else 10))
+    assert len(study_page(record(), s.runs, CATALOG)["best"]) == 11
+    assert len(study_page(record(), s.runs, CATALOG, limit=3)["best"]) == 4
+    page = study_page(record(memory_budget_bytes=50), s.runs, CATALOG)
+    assert [row["trial"] for row in page["best"]][:3] == [0, 2, 3]  # 1 is over the budget
+    assert page["notes"][-1]["kind"] == "memory_budget"
