@@ -107,8 +107,10 @@ def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_
     grandchild = int(pid_file.read_text())
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+    # The guard kills the group first and removes the scratch after: wait for both.
+    deadline = time.monotonic() + 10
+    while ((Path(f"/proc/{grandchild}").exists() or scratch.exists())
+           and time.monotonic() < deadline):
         time.sleep(0.1)
     assert not Path(f"/proc/{grandchild}").exists()
     assert not scratch.exists()
