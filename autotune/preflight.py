@@ -15,6 +15,7 @@ from autotune.errors import BackendMismatchError, UnknownFlagsInSpaceError
 from autotune.flags.catalog import Catalog, Channel
 from autotune.records import FlagValue
 from autotune.spaces import Space
+from autotune.spaces.params import same_value
 from autotune.spaces.prune import without_flags, without_values
 
 if TYPE_CHECKING:
@@ -82,11 +83,21 @@ def rejected_values(space: Space, report: ProbeReport) -> dict[str, list[FlagVal
     """flag -> the space's candidate values the probe saw this XLA reject.
 
     The search never proposes them: a trial with one would only end as
-    `invalid_value`.
+    `invalid_value`. A group member's candidates include the values its
+    group's variants set.
     """
     out: dict[str, list[FlagValue]] = {}
     for param in space.params.values():
-        bad = [v for v in param.choices or () if report.value_ok(param.flag, v) is False]
+        candidates = [*(param.choices or ()), *_variant_values(space, param.name)]
+        bad: list[FlagValue] = []
+        for v in candidates:
+            if report.value_ok(param.flag, v) is False and not any(same_value(v, b) for b in bad):
+                bad.append(v)
         if bad:
             out.setdefault(param.flag, []).extend(bad)
     return out
+
+
+def _variant_values(space: Space, member: str) -> list[FlagValue]:
+    return [chosen[member] for group in space.groups.values() if member in group.params
+            for chosen in group.variants.values()]

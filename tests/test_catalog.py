@@ -155,6 +155,23 @@ def test_accepted_flags_that_do_nothing_say_why(name):
     assert spec.obsolete is None and spec.no_effect
 
 
+def test_the_old_memory_fraction_name_is_deprecated_for_its_replacement():
+    old = CATALOG.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    assert old.obsolete is None and old.deprecated is not None
+    assert old.deprecated.replaced_by == "XLA_CLIENT_MEM_FRACTION"
+    assert old.deprecated.both_fail and old.deprecated.since and old.deprecated.note
+    new = CATALOG.get("XLA_CLIENT_MEM_FRACTION")
+    assert new.obsolete is None and new.deprecated is None
+    # 001's values carry over to the new name
+    assert (new.recommended, new.candidates) == (old.recommended, old.candidates) == (
+        0.9, (0.9, 0.8))
+
+
+def test_deprecated_names_are_exactly_the_memory_fraction():
+    assert {spec.name for spec in CATALOG if spec.deprecated is not None} == {
+        "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+
+
 def test_pipelined_collectives_overrides_the_three_per_kind_flags_when_true():
     spec = CATALOG.get("xla_gpu_enable_pipelined_collectives")
     assert spec.overrides_when is True
@@ -237,6 +254,18 @@ def test_unknown_group_is_a_usage_error():
                  "flag 'a' is replaced by 'z', not in the catalog", id="replacement-unknown"),
     pytest.param(catalog_text(entry("a", obsolete={"since": "s", "note": "n"}, no_effect="x")),
                  "either obsolete", id="obsolete-and-no-effect"),
+    pytest.param(catalog_text(entry("a", deprecated={"since": "s", "replaced_by": "z",
+                                                     "note": "n"})),
+                 "flag 'a' is replaced by 'z', not in the catalog", id="deprecated-for-unknown"),
+    pytest.param(catalog_text(entry("a", deprecated={"since": "s", "note": "n"})),
+                 "replaced_by", id="deprecated-without-replacement"),
+    pytest.param(catalog_text(entry("a", deprecated={"since": "s", "replaced_by": "a",
+                                                     "note": "n"})),
+                 "cannot be replaced by itself", id="deprecated-for-itself"),
+    pytest.param(catalog_text(entry("a", obsolete={"since": "s", "note": "n"},
+                                    deprecated={"since": "s", "replaced_by": "b", "note": "n"}),
+                              entry("b")),
+                 "either obsolete (not accepted) or deprecated", id="obsolete-and-deprecated"),
     pytest.param(catalog_text(entry("a", type="int", candidates=[1, "x"])),
                  "candidates[1]", id="bad-candidate"),
     pytest.param(catalog_text(entry("a", allow_empty=False)), "only for list flags",
@@ -264,11 +293,12 @@ def test_the_ten_builtin_spaces_are_there():
 
 
 @pytest.mark.parametrize("name", list_spaces())
-def test_space_flags_are_catalogued_and_none_is_obsolete(name):
+def test_space_flags_are_catalogued_and_none_is_obsolete_or_deprecated(name):
     space = load_space(name)
     for flag in space.flags():
         spec = CATALOG.get(flag)
         assert spec.obsolete is None, f"{name} uses obsolete {flag}"
+        assert spec.deprecated is None, f"{name} uses deprecated {flag}"
 
 
 @pytest.mark.parametrize("name", list_spaces())
@@ -299,14 +329,43 @@ def test_space_has_provenance_and_a_recommended_trial_except_cpu(name):
     ("gpu-runtime", 5 * 4 * 2 * 3 * 2 * 8),
     # 8 booleans * 3 thresholds * remat pass 2 * command buffer 2
     ("gpu-pgle", 2**8 * 11**3 * 2 * 2),
-    # ICI group 2 * (fusion off | on with AG group 2 * AR group 2) * all-to-all 2 * permute 3
-    ("tpu-collectives", 2 * (1 + 2 * 2) * 2 * 3),
+    # ICI group 3 (off, on, auto) * (fusion off | on with AG group 3 (off, on, enabled)
+    # * AR group 2) * all-to-all 2 * permute 3
+    ("tpu-collectives", 3 * (1 + 3 * 2) * 2 * 3),
     ("tpu-latency-bound", 4**4),
-    # rerun 11 * scheduler 5 * rwb 2 * LHS 2 * (7 MiB thresholds or unset)
-    ("tpu-memory", 11 * 5 * 2 * 2 * 8),
+    # rerun 11 * scheduler 5 * rwb 2 * LHS 2 * (8 MiB thresholds, 10..1024, or unset)
+    ("tpu-memory", 11 * 5 * 2 * 2 * 9),
 ])
 def test_space_sizes(name, size):
     assert load_space(name).size() == size
+
+
+#: 000, memory flags / SPMD: xla_jf_spmd_threshold_for_windowed_einsum_mib's recommended
+#: range, as the document writes it: "10Mb~1Gb (i.e. 10*1024*1024 ~ 1024*1024*1024)".
+WINDOWED_EINSUM_RANGE_BYTES = (10 * 1024 * 1024, 1024 * 1024 * 1024)
+
+
+def test_tpu_windowed_einsum_threshold_spans_exactly_the_documented_range():
+    param = load_space("tpu-memory").params["xla_jf_spmd_threshold_for_windowed_einsum_mib"]
+    low, high = (size // 2**20 for size in WINDOWED_EINSUM_RANGE_BYTES)  # the flag is in MiB
+    choices = param.values()
+    assert choices is not None and (min(choices), max(choices)) == (low, high) == (10, 1024)
+    assert list(choices) == sorted(choices) == [10, 16, 32, 64, 128, 256, 512, 1024]
+    assert param.allow_unset  # unset: the default, -1 (off)
+    spec = CATALOG.get(param.flag)
+    assert spec.default == -1 and all(spec.check_value(c) is None for c in choices)
+
+
+def test_gpu_runtime_sets_the_memory_fraction_under_its_current_name():
+    space = load_space("gpu-runtime")
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in space.flags()
+    param = space.params["XLA_CLIENT_MEM_FRACTION"]
+    assert param.flag == "XLA_CLIENT_MEM_FRACTION" and param.allow_unset
+    assert sorted(param.values() or ()) == [0.8, 0.9]  # 001: "typically 0.9 or 0.8"
+    assert space.recommended["XLA_CLIENT_MEM_FRACTION"] == 0.9
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in (param.source or "")  # the document's name
+    assert compose_env({"XLA_CLIENT_MEM_FRACTION": 0.9}, {}, CATALOG) == {
+        "XLA_CLIENT_MEM_FRACTION": "0.9"}
 
 
 def test_tpu_collectives_samples_the_v5e_groups_only_with_the_shared_fusion_flag():

@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.cli.apply import refused
 from autotune.errors import AutotuneError
-from autotune.flags.catalog import load_catalog
-from autotune.flags.lint import FindingKind, lint, parse_uses
+from autotune.flags.catalog import Channel, load_catalog
+from autotune.flags.lint import FindingKind, FlagUse, lint, parse_uses
 from autotune.flags.probe import probe
 
 runner = CliRunner()
@@ -151,6 +152,60 @@ def test_flags_show_says_what_this_xla_says():
     assert "unknown to jaxlib" in gone.output and "xla_gpu_enable_command_buffer" in gone.output
     tpu = runner.invoke(app, ["flags", "show", "xla_tpu_rwb_fusion"])
     assert "cannot be checked here" in tpu.output
+
+
+OLD_FRACTION, NEW_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"
+
+
+def env_uses(**variables: str) -> list[FlagUse]:
+    return [FlagUse(name, value, Channel.ENV) for name, value in variables.items()]
+
+
+def test_a_deprecated_variable_is_a_warning_that_names_its_replacement(catalog):
+    findings = lint(env_uses(**{OLD_FRACTION: "0.9"}), catalog, None)
+    assert [(f.kind, f.flag, f.would_abort) for f in findings] == [
+        (FindingKind.DEPRECATED, OLD_FRACTION, False)]
+    assert findings[0].message.startswith(f"{OLD_FRACTION} is deprecated (")
+    assert findings[0].message.endswith(f"use {NEW_FRACTION} instead")
+    assert findings[0].fix == f"replace it with {NEW_FRACTION}"
+    assert refused(findings) == []  # `autotune apply` warns, runs the job
+    assert lint(env_uses(**{NEW_FRACTION: "0.9"}), catalog, None) == []
+
+
+def test_the_old_and_the_new_name_together_would_abort(catalog):
+    findings = lint(env_uses(**{OLD_FRACTION: "0.9", NEW_FRACTION: "0.8"}), catalog, None)
+    both = [f for f in findings if f.would_abort]
+    assert [(f.kind, f.flag) for f in both] == [(FindingKind.DEPRECATED, OLD_FRACTION)]
+    assert f"{OLD_FRACTION} and its new name {NEW_FRACTION} are both set" in both[0].message
+    assert refused(findings) == both
+
+
+def test_a_deprecated_name_in_a_flag_string_is_named_as_written(catalog):
+    findings = lint(parse_uses(f"--{OLD_FRACTION}=0.9"), catalog, None)
+    kinds = {f.kind: f for f in findings}
+    assert kinds.keys() == {FindingKind.WRONG_CHANNEL, FindingKind.DEPRECATED}
+    assert f"--{OLD_FRACTION} is deprecated" in kinds[FindingKind.DEPRECATED].message
+
+
+def test_flags_list_marks_the_deprecated_name():
+    listed = runner.invoke(app, ["flags", "list", "--channel", "env"])
+    assert listed.exit_code == 0
+    row = next(line for line in listed.output.splitlines() if OLD_FRACTION in line)
+    assert "deprecated" in row
+
+
+@pytest.mark.slow
+def test_flags_check_env_reads_the_catalog_variables_of_this_shell(monkeypatch):
+    catalog = load_catalog()
+    for name in ["XLA_FLAGS", "LIBTPU_INIT_ARGS",
+                 *(spec.name for spec in catalog if spec.channel is Channel.ENV)]:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(OLD_FRACTION, "0.9")
+    result = runner.invoke(app, ["flags", "check", "--env"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert "deprecated" in text and f"replace it with {NEW_FRACTION}" in text
+    assert "1 flag checked" in text and "1 finding, 0 of which would abort" in text
 
 
 flag_strings = st.lists(

@@ -454,18 +454,18 @@ def test_size_counts_distinct_configurations_and_sampling_finds_them_all():
 def test_size_of_ranges(spec, size):
     space = load_space_text(
         "schema_version: 1\nname: t\nbackend: gpu\n"
-        f"params:\n  XLA_PYTHON_CLIENT_MEM_FRACTION: {spec}\n"
+        f"params:\n  XLA_CLIENT_MEM_FRACTION: {spec}\n"
         if "float" in spec else HEADER + f"params:\n  {AR}: {spec}\n")
     assert space.size() == size
 
 
 def test_ranges_sample_inside_their_bounds():
     space = load_space_text(HEADER + f"params:\n  {AR}: {{type: int, low: 1, high: 1024, "
-                            "log: true}\n  XLA_PYTHON_CLIENT_MEM_FRACTION: {type: float, "
+                            "log: true}\n  XLA_CLIENT_MEM_FRACTION: {type: float, "
                             "low: 0.5, high: 0.95}\n")
     for config in samples(space, 50):
         assert 1 <= config[AR] <= 1024 and isinstance(config[AR], int)
-        assert 0.5 <= config["XLA_PYTHON_CLIENT_MEM_FRACTION"] <= 0.95
+        assert 0.5 <= config["XLA_CLIENT_MEM_FRACTION"] <= 0.95
 
 
 # --- robustness: only SpaceValidationError comes out -------------------------------
@@ -523,7 +523,8 @@ BOOLS = [LHS, DB, PAG, "xla_gpu_enable_pipelined_all_reduce"]
 
 @st.composite
 def small_spaces(draw) -> dict:
-    """Valid-looking spaces of 1-5 params with a group, conditions and a recommendation."""
+    """Valid-looking spaces of 1-5 params with a group (and its variants), conditions and a
+    recommendation."""
     names = draw(st.lists(st.sampled_from([*BOOLS, AR]), min_size=1, max_size=5, unique=True))
     value = {n: st.sampled_from([2**24, 2**25]) if n == AR else st.booleans() for n in names}
     pick = st.sampled_from(names)
@@ -536,7 +537,10 @@ def small_spaces(draw) -> dict:
             n: {"type": "bool", "allow_unset": True} for n in draw(st.lists(
                 st.sampled_from([b for b in BOOLS if b in names] or [LHS]), unique=True))
             if n in names},
-        "groups": {"g": {"params": members, "values": {m: draw(value[m]) for m in members}}}
+        "groups": {"g": {"params": members, "values": {m: draw(value[m]) for m in members},
+                         "variants": {v: {m: draw(value[m]) for m in members}
+                                      for v in draw(st.lists(st.sampled_from(["a", "b"]),
+                                                             unique=True))}}}
         if members else {},
         "conditions": [{"param": n, "when": {(o := draw(pick)): draw(value[o])}}
                        for n in conditioned],
@@ -547,7 +551,7 @@ def small_spaces(draw) -> dict:
 def every_configuration(space: Space) -> set[tuple]:
     """Run `sample` on every combination of Optuna choices (FixedTrial, no sampler)."""
     choices = {
-        unit.key: [False, True] if unit.group else [
+        unit.key: unit.group.choices() if unit.group else [
             *space.params[unit.key].values(), *([UNSET] if space.params[unit.key].allow_unset
                                                  else [])]
         for unit in space.units
@@ -565,6 +569,9 @@ def test_size_sampling_and_recommended_agree_on_valid_spaces(data):
     except SpaceValidationError:
         return
     assert len(every_configuration(space)) == space.size()
+    points = space.grid()
+    configs = {tuple(sorted(space.sample(optuna.trial.FixedTrial(p)).items())) for p in points}
+    assert len(points) == len(configs) == space.size()
     if (params := space.recommended_params()) is not None:
         s = study()
         s.enqueue_trial(params)

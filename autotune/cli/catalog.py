@@ -59,19 +59,33 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
     for line in sp.description.strip().splitlines():
         out.print(literal(line), highlight=False)
     table = Table("parameter", "candidates", "source")
+    group_of = {m: g.name for g in sp.groups.values() for m in g.params}
     for param in sp.params.values():
         cond = sp.conditions.get(param.name)
         when = f"\nonly when {_fmt_when(cond)}" if cond else ""
+        if param.name in group_of:
+            when += f"\nset by group {literal(group_of[param.name])} (below)"
         table.add_row(literal(param.flag), literal(param.describe()) + when, literal(param.source))
     out.print(table)
     for group in sp.groups.values():
-        out.print(f"group {literal(group.name)}: {literal(', '.join(group.params))} switched on "
-                  f"together ({literal(group.description)})", highlight=False)
+        _print_group(sp, group)
     if sp.fixed:
         out.print(f"fixed: {fmt_flags(dict(sp.fixed), ' ')}", highlight=False)
     rec = sp.recommended_config()
     out.print(f"recommended: {fmt_flags(rec, ' ') if rec else '(none documented)'}",
               highlight=False)
+
+
+def _print_group(sp: Any, group: Any) -> None:
+    """A group's line, then one line per choice of its switch: on, each variant, off."""
+    out.print(f"group {literal(group.name)}: {literal(', '.join(group.params))} switched "
+              f"together ({literal(group.description)})", highlight=False)
+    named = [("on", True), *((name, name) for name in group.variants), ("off", False)]
+    for label, choice in named:
+        values = {sp.params[m].flag: v for m, v in group.values_of(choice).items()
+                  if v is not None}
+        shown = fmt_flags(values, " ") if values else "XLA's defaults (every member unset)"
+        out.print(f"  {literal(label)}: {shown}", highlight=False)
 
 
 def _fmt_when(cond: Any) -> str:
@@ -133,6 +147,8 @@ def _status(spec: Any) -> str:
     if spec.obsolete is not None:
         replaced = spec.obsolete.replaced_by
         return "obsolete" + (f" → {literal(replaced)}" if replaced else "")
+    if spec.deprecated is not None:
+        return f"deprecated → {literal(spec.deprecated.replaced_by)}"
     return "no effect" if spec.no_effect else ""
 
 
@@ -174,7 +190,8 @@ def flags_check(
         metavar="FLAGS", help="An XLA_FLAGS string, e.g. \"--xla_gpu_graph_level=0\".")] = None,
     libtpu: Annotated[str, typer.Option(help="A LIBTPU_INIT_ARGS string.")] = "",
     env: Annotated[bool, typer.Option(
-        "--env", help="Check $XLA_FLAGS and $LIBTPU_INIT_ARGS of this shell.")] = False,
+        "--env", help="Check $XLA_FLAGS, $LIBTPU_INIT_ARGS and the catalog's environment "
+        "variables (NCCL_*, XLA_CLIENT_MEM_FRACTION...) set in this shell.")] = False,
 ) -> None:
     """Lint a flag string against the catalog and the installed XLA; exit 1 on findings."""
     from autotune.errors import UsageError
@@ -192,6 +209,8 @@ def flags_check(
                          "\"--xla_gpu_graph_level=0\", or --env to check $XLA_FLAGS")
     uses = parse_uses(text, libtpu)
     catalog = load_catalog()
+    if env:
+        uses += _env_uses(catalog)
     with out.status("asking the installed XLA..."):
         report = probe(catalog, extra=sorted({u.name for u in uses}))
     findings = lint(uses, catalog, report)
@@ -199,6 +218,15 @@ def flags_check(
     _print_unchecked(uses, report)
     if findings:
         raise typer.Exit(1)
+
+
+def _env_uses(catalog: Any) -> list[Any]:
+    """The catalog's environment variables set in this shell, as flag uses."""
+    from autotune.flags.catalog import Channel
+    from autotune.flags.lint import FlagUse
+
+    return [FlagUse(spec.name, os.environ[spec.name], Channel.ENV) for spec in catalog
+            if spec.channel is Channel.ENV and spec.name in os.environ]
 
 
 def _print_unchecked(uses: list[Any], report: Any) -> None:

@@ -60,6 +60,27 @@ class Obsolete(_Frozen):
     note: str
 
 
+class Deprecated(_Frozen):
+    """A name still read today, but only as the old name of another catalog entry.
+
+    Unlike an obsolete flag it still works; a job should move to the new name.
+
+    Attributes:
+        since: what can honestly be said about when, e.g. "jaxlib 0.10.2 reads it
+            as the deprecated name of XLA_CLIENT_MEM_FRACTION" (no invented releases).
+        replaced_by: the catalog entry to use instead (required: a deprecated name
+            always has a successor; a flag without one is obsolete or no_effect).
+        note: what to do instead, in one line.
+        both_fail: setting this name and `replaced_by` together is an error (the
+            job fails when its backend starts), rather than one of them winning.
+    """
+
+    since: str
+    replaced_by: str
+    note: str
+    both_fail: StrictBool = False
+
+
 class GroupSpec(_Frozen):
     """Flags a document says must be set together (a catalog `groups:` entry).
 
@@ -110,6 +131,8 @@ class FlagSpec(_Frozen):
         overrides: flags this one overrides when it is set to `overrides_when`.
         overrides_when: the value of this flag at which `overrides` applies.
         obsolete: set when the installed XLA no longer accepts the flag or it is retired.
+        deprecated: set when the name still works but is the old name of another
+            entry (`deprecated.replaced_by`); never together with `obsolete`.
         no_effect: set when the flag is still accepted but does nothing (any
             more), saying why; a flag is never both obsolete and no_effect.
     """
@@ -131,6 +154,7 @@ class FlagSpec(_Frozen):
     overrides: tuple[str, ...] = ()
     overrides_when: FlagValue | None = None
     obsolete: Obsolete | None = None
+    deprecated: Deprecated | None = None
     no_effect: str | None = None
 
     @model_validator(mode="after")
@@ -144,6 +168,11 @@ class FlagSpec(_Frozen):
             raise ValueError("'allow_empty' is only for list flags")
         if self.obsolete is not None and self.no_effect is not None:
             raise ValueError("a flag is either obsolete (not accepted) or no_effect, not both")
+        if self.obsolete is not None and self.deprecated is not None:
+            raise ValueError("a flag is either obsolete (not accepted) or deprecated (still "
+                             "read under its old name), not both")
+        if self.deprecated is not None and self.deprecated.replaced_by == self.name:
+            raise ValueError("a deprecated flag cannot be replaced by itself")
         if self.candidates is not None and not self.candidates:
             raise ValueError("'candidates' is empty: leave it out when none are documented")
         self._check_overrides()

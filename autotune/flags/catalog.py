@@ -23,13 +23,22 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autotune.errors import AutotuneError, UsageError
-from autotune.flags._schema import Backend, Channel, FlagSpec, FlagType, GroupSpec, Obsolete
+from autotune.flags._schema import (
+    Backend,
+    Channel,
+    Deprecated,
+    FlagSpec,
+    FlagType,
+    GroupSpec,
+    Obsolete,
+)
 
 __all__ = [
     "CATALOG_SCHEMA_VERSION",
     "Backend",
     "Catalog",
     "Channel",
+    "Deprecated",
     "FlagSpec",
     "FlagType",
     "GroupSpec",
@@ -61,7 +70,8 @@ class Catalog:
 
     Raises:
         ValueError: two entries share a name, or a group member, an `overrides`
-            name or an `obsolete.replaced_by` name is not an entry.
+            name or an `obsolete.replaced_by` or `deprecated.replaced_by` name is
+            not an entry.
     """
 
     def __init__(self, flags: Iterable[FlagSpec],
@@ -81,6 +91,8 @@ class Catalog:
             self._require(spec.overrides, f"flag {spec.name!r} overrides")
             if spec.obsolete is not None and spec.obsolete.replaced_by is not None:
                 self._require((spec.obsolete.replaced_by,), f"flag {spec.name!r} is replaced by")
+            if spec.deprecated is not None:
+                self._require((spec.deprecated.replaced_by,), f"flag {spec.name!r} is replaced by")
 
     def _require(self, names: Iterable[str], what: str) -> None:
         missing = [name for name in names if name not in self._flags]

@@ -2,7 +2,8 @@
 
 A finding is something a user should act on before the flags reach a job:
 a flag this XLA does not know (the job would abort at start), an obsolete flag
-and what replaces it, a flag that does nothing any more, a flag on the wrong
+and what replaces it, a deprecated name and its new name (and both names set
+where that is an error), a flag that does nothing any more, a flag on the wrong
 channel, a value XLA rejects or the catalog's type does not allow, a group
 set only partly, a flag overridden by another, a flag given twice.
 """
@@ -26,6 +27,7 @@ class FindingKind(StrEnum):
 
     UNKNOWN = "unknown"
     OBSOLETE = "obsolete"
+    DEPRECATED = "deprecated"
     NO_EFFECT = "no_effect"
     WRONG_CHANNEL = "wrong_channel"
     BAD_VALUE = "bad_value"
@@ -90,6 +92,7 @@ def lint(uses: list[FlagUse], catalog: Catalog, report: ProbeReport | None) -> l
             findings.append(_duplicate(use, seen[use.name]))
         seen[use.name] = use
         findings.extend(_check_one(use, catalog, report))
+    findings.extend(_both_names(seen, catalog))
     findings.extend(_partial_groups(seen, catalog))
     findings.extend(_overridden(seen, catalog, _dropped(findings)))
     return findings
@@ -116,6 +119,8 @@ def _check_one(use: FlagUse, catalog: Catalog, report: ProbeReport | None) -> li
         return [_obsolete(use, spec, report)]
     found = _channel(use, spec)
     found += _value(use, spec, report)
+    if spec.deprecated is not None:
+        found.append(_deprecated(use, spec, catalog))
     if spec.no_effect:
         found.append(Finding(FindingKind.NO_EFFECT, use.name,
                              f"--{use.name} is accepted but does nothing any more: "
@@ -150,6 +155,40 @@ def _obsolete(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> Findi
         f"replace it with --{old.replaced_by}" if old.replaced_by else f"remove --{use.name}",
         would_abort=aborts,
     )
+
+
+def _shown(name: str, channel: Channel) -> str:
+    """A flag as the user writes it: `--name` in a flag string, `NAME` as a variable."""
+    return name if channel is Channel.ENV else f"--{name}"
+
+
+def _deprecated(use: FlagUse, spec: FlagSpec, catalog: Catalog) -> Finding:
+    assert spec.deprecated is not None
+    old = spec.deprecated
+    new = _shown(old.replaced_by, catalog.get(old.replaced_by).channel)
+    return Finding(
+        FindingKind.DEPRECATED, use.name,
+        f"{_shown(use.name, use.channel)} is deprecated ({old.since}): {old.note}; "
+        f"use {new} instead",
+        f"replace it with {new}",
+    )
+
+
+def _both_names(seen: dict[str, FlagUse], catalog: Catalog) -> Iterable[Finding]:
+    """A deprecated name given together with its new name, where that is an error."""
+    for use in seen.values():
+        spec = catalog.get(use.name) if use.name in catalog else None
+        old = spec.deprecated if spec is not None else None
+        if old is None or not old.both_fail or old.replaced_by not in seen:
+            continue
+        new = seen[old.replaced_by]
+        yield Finding(
+            FindingKind.DEPRECATED, use.name,
+            f"{_shown(use.name, use.channel)} and its new name "
+            f"{_shown(new.name, new.channel)} are both set: the job fails when its backend "
+            "starts (setting both is an error)", f"remove {_shown(use.name, use.channel)}",
+            would_abort=True,
+        )
 
 
 #: How a message names a flag of each token channel, with its article.

@@ -7,11 +7,12 @@ turns the first one into a `SpaceValidationError` with file and line.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autotune.flags.catalog import Catalog, FlagSpec, FlagType
+from autotune.records import FlagValue
 from autotune.spaces.params import MAX_UNSET_RANGE, UNSET, Param, same_value
 from autotune.spaces.schema import ParamSpec, SpaceFile
 
@@ -171,10 +172,11 @@ def _check_fits_flag(base: tuple[Any, ...], spec: ParamSpec, flag: FlagSpec) -> 
             problem = flag.check_value(item)
             if problem:
                 path = (*base, key) if index is None else (*base, key, index)
-                yield Problem(path, problem, _allowed_hint(flag))
+                yield Problem(path, problem, allowed_hint(flag))
 
 
-def _allowed_hint(flag: FlagSpec) -> str:
+def allowed_hint(flag: FlagSpec) -> str:
+    """What `flag` takes, for a hint: its names, or its type and bounds."""
     if flag.values:
         return f"Allowed: {', '.join(flag.values)}."
     bounds = [f"{word} {v}" for word, v in (("at least", flag.min), ("at most", flag.max))
@@ -203,7 +205,7 @@ def check_fixed(model: SpaceFile, catalog: Catalog) -> list[Problem]:
         path = ("fixed", flag)
         found = list(check_flag(path, flag, catalog, model.backend))
         if not found and (problem := catalog.get(flag).check_value(value)):
-            found.append(Problem(path, problem, _allowed_hint(catalog.get(flag))))
+            found.append(Problem(path, problem, allowed_hint(catalog.get(flag))))
         if flag in tuned:
             found.append(Problem(path, f"flag '{flag}' is both fixed and tuned by param "
                                  f"'{tuned[flag]}'", "Remove it from fixed or from params."))
@@ -217,12 +219,16 @@ def params_by_flag(params: Mapping[str, Param]) -> dict[str, Param]:
 
 
 def check_value_in(path: tuple[Any, ...], param: Param, value: object,
-                   group_value: object = None) -> Iterator[Problem]:
-    """`value` must be a candidate of `param` (or its group's value, for a group member)."""
-    if group_value is not None:
-        if not same_value(value, group_value):
+                   group_values: Sequence[FlagValue] | None = None) -> Iterator[Problem]:
+    """`value` must be a candidate of `param` (or one of its group's values, for a group
+    member: `group_values` lists its value when on, then in each variant)."""
+    if group_values is not None:
+        if not any(same_value(value, v) for v in group_values):
+            one = len(group_values) == 1
+            sets = repr(group_values[0]) if one else "one of " + ", ".join(map(repr, group_values))
             yield Problem(path, f"{value!r} is never a value of '{param.name}': its group sets "
-                          f"it to {group_value!r}", "Use the group's value.")
+                          f"it to {sets}",
+                          "Use the group's value." if one else "Use one of the group's values.")
     elif not param.contains(value):
         yield Problem(path, f"{value!r} is not a candidate of param '{param.name}' "
                       f"({param.describe()})", "Use one of the candidates, or widen the param.")

@@ -111,7 +111,8 @@ def load_space_text(text: str, source: str = "<string>", catalog: Catalog | None
     _raise_first(source, data, check_params(model, catalog) + check_fixed(model, catalog))
     _raise_first(source, data, check_groups(model, catalog))
     params = {name: Param.from_spec(name, spec) for name, spec in model.params.items()}
-    groups = {name: Group(name, tuple(g.params), dict(g.values), g.description)
+    groups = {name: Group(name, tuple(g.params), dict(g.values), g.description,
+                          {v: dict(values) for v, values in g.variants.items()})
               for name, g in model.groups.items()}
     _raise_first(source, data, check_conditions(model, params, groups))
     space = Space(

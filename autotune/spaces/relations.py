@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from autotune.flags.catalog import Catalog
 from autotune.records import FlagValue
-from autotune.spaces.checks import Problem, check_value_in, did_you_mean, params_by_flag
+from autotune.spaces.checks import (
+    Problem,
+    allowed_hint,
+    check_value_in,
+    did_you_mean,
+    params_by_flag,
+)
 from autotune.spaces.params import Param, same_value
 from autotune.spaces.schema import GroupSpec, SpaceFile
 from autotune.spaces.space import Group, Space, make_units, order_units
 
 _GROUP_HINT = "A group is switched as one: "
+#: A variant's name: a word of letters, digits, `-` and `_`, starting with a letter.
+_VARIANT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+#: Names a variant cannot take: they are the group's own two choices.
+_RESERVED_VARIANTS = ("on", "off")
 
 
 def check_groups(model: SpaceFile, catalog: Catalog) -> list[Problem]:
@@ -33,31 +44,59 @@ def check_groups(model: SpaceFile, catalog: Catalog) -> list[Problem]:
                 problems.append(Problem(path, f"'{member}' is already in group "
                                         f"'{owner[member]}'", "Put a param in one group only."))
             owner.setdefault(member, name)
-        problems.extend(_check_group_values(base, spec, model, catalog))
+        problems.extend(_check_member_values((*base, "values"), spec.values, spec, model,
+                                             catalog, "when the group is on"))
+        problems.extend(_check_variants(base, spec, model, catalog))
     return problems
 
 
-def _check_group_values(base: tuple[Any, ...], spec: GroupSpec, model: SpaceFile,
-                        catalog: Catalog) -> Iterator[Problem]:
-    for key, value in spec.values.items():
-        path = (*base, "values", key)
+def _check_member_values(path: tuple[Any, ...], values: Mapping[str, FlagValue],
+                         spec: GroupSpec, model: SpaceFile, catalog: Catalog,
+                         when: str) -> Iterator[Problem]:
+    """`values` (the group's `values` or one variant's) sets every member, each to a
+    value its flag takes."""
+    for key, value in values.items():
         if key not in spec.params:
-            yield Problem(path, f"'{key}' is not a member of the group",
+            yield Problem((*path, key), f"'{key}' is not a member of the group",
                           "Add it to the group's params, or remove its value.")
         elif key in model.params:
             flag = catalog.get(model.params[key].flag or key)
             if problem := flag.check_value(value):
-                yield Problem(path, problem, f"{flag.name} takes a {flag.type}.")
+                yield Problem((*path, key), problem, allowed_hint(flag))
     for member in spec.params:
-        if member not in spec.values:
-            yield Problem((*base, "values"), f"no value for member '{member}'",
-                          "Give every member the value it takes when the group is on.")
+        if member not in values:
+            yield Problem(path, f"no value for member '{member}'",
+                          f"Give every member the value it takes {when}.")
+
+
+def _check_variants(base: tuple[Any, ...], spec: GroupSpec, model: SpaceFile,
+                    catalog: Catalog) -> Iterator[Problem]:
+    """Each variant: a usable name, a valid value for every member, and a configuration
+    of its own (not the group's `values`, nor an earlier variant's)."""
+    seen: dict[str, Mapping[str, FlagValue]] = {"the group's values (on)": spec.values}
+    for name, values in spec.variants.items():
+        path = (*base, "variants", name)
+        if name in _RESERVED_VARIANTS:
+            yield Problem(path, f"a variant cannot be called '{name}': on is the group's "
+                          "values, off leaves its members unset", "Rename the variant.")
+        elif not _VARIANT_NAME.match(name):
+            yield Problem(path, f"variant name {name!r} is not a word",
+                          "Use letters, digits, - and _, starting with a letter (e.g. auto).")
+        found = list(_check_member_values(path, values, spec, model, catalog,
+                                          f"in variant '{name}'"))
+        yield from found
+        same = None if found else next(
+            (other for other, earlier in seen.items() if _same_when(values, earlier)), None)
+        if same is not None:
+            yield Problem(path, f"variant '{name}' sets the same values as {same}",
+                          "Drop it, or give it values of its own.")
+        seen[f"variant '{name}'"] = values
 
 
 def check_conditions(model: SpaceFile, params: Mapping[str, Param],
                      groups: Mapping[str, Group]) -> list[Problem]:
     """Conditions must name params and reachable values, agree within groups, not loop."""
-    group_value = {m: g.values[m] for g in groups.values() for m in g.params}
+    group_value = {m: _member_values(g, m) for g in groups.values() for m in g.params}
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     for i, cond in enumerate(model.conditions):
@@ -78,8 +117,17 @@ def check_conditions(model: SpaceFile, params: Mapping[str, Param],
     return problems or _check_cycles(params, groups, conditions, seen)
 
 
+def _member_values(group: Group, member: str) -> list[FlagValue]:
+    """The values `member` takes when its group is on, then in each variant."""
+    values: list[FlagValue] = []
+    for chosen in (group.values, *group.variants.values()):
+        if not any(same_value(chosen[member], v) for v in values):
+            values.append(chosen[member])
+    return values
+
+
 def _check_when(base: tuple[Any, ...], param: str, when: Mapping[str, FlagValue],
-                params: Mapping[str, Param], group_value: Mapping[str, FlagValue]
+                params: Mapping[str, Param], group_value: Mapping[str, list[FlagValue]]
                 ) -> Iterator[Problem]:
     if not when:
         yield Problem((*base, "when"), "when is empty",
@@ -146,8 +194,8 @@ def check_recommended(space: Space) -> list[Problem]:
                                     did_you_mean(flag, by_flag, "flags of the params")))
         else:
             group = group_of.get(param.name)
-            fixed_value = group.values[param.name] if group else None
-            problems.extend(check_value_in(path, param, value, fixed_value))
+            group_values = _member_values(group, param.name) if group else None
+            problems.extend(check_value_in(path, param, value, group_values))
     return problems or _check_recommended_groups(space) or _check_recommended_active(space)
 
 
@@ -161,6 +209,11 @@ def _check_recommended_groups(space: Space) -> list[Problem]:
             problems.append(Problem(("recommended", given[0]), f"recommended sets only part of "
                                     f"group '{name}' (not {missing})",
                                     _GROUP_HINT + "recommend all its members or none."))
+        elif given and group.choice_of({m: space.recommended[space.params[m].flag]
+                                        for m in group.params}) is None:
+            problems.append(Problem(("recommended", given[0]), f"recommended mixes the values "
+                                    f"of group '{name}' and its variants",
+                                    _GROUP_HINT + "recommend its values, or one variant's."))
     return problems
 
 

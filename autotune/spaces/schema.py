@@ -111,11 +111,19 @@ class ParamSpec(_Model):
 
 
 class GroupSpec(_Model):
-    """Params switched on together (each to its value in `values`) or not at all."""
+    """Params switched as one: off (XLA's defaults), on (each to its value in `values`),
+    or to one of the named `variants` (each a value for every member, e.g. kAuto
+    where `values` says kEnabled)."""
 
     params: list[str]
     values: dict[str, Scalar]
+    variants: dict[str, dict[str, Scalar]] = {}
     description: str = ""
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _empty_when_null(cls, value: Any) -> Any:
+        return {} if value is None else value
 
 
 class ConditionSpec(_Model):

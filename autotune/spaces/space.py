@@ -15,20 +15,54 @@ from autotune.spaces.params import Param, same_value
 if TYPE_CHECKING:
     import optuna
 
-#: Optuna name of a group's on/off switch: `group:<name>`.
+#: Optuna name of a group's switch: `group:<name>`.
 GROUP_PREFIX = "group:"
 
 Values = dict[str, FlagValue | None]
+#: One choice of a group's switch, as Optuna holds it: False (off: every member
+#: unset), True (on: the group's `values`), or the name of one of its variants.
+GroupChoice = bool | str
 
 
 @dataclass(frozen=True)
 class Group:
-    """Params switched on together, each to its value, or left unset together."""
+    """Params switched as one: left unset together (off), each set to its value in
+    `values` (on), or each set to its value in one of the named `variants`.
+
+    A group without variants is the boolean switch it always was (Optuna choices
+    `[False, True]`); each variant adds its name as one more choice.
+    """
 
     name: str
     params: tuple[str, ...]
     values: Mapping[str, FlagValue]
     description: str = ""
+    variants: Mapping[str, Mapping[str, FlagValue]] = field(default_factory=dict)
+
+    def choices(self) -> list[GroupChoice]:
+        """The Optuna choices of the switch: False (off), True (on), then each variant."""
+        return [False, True, *self.variants]
+
+    def values_of(self, choice: GroupChoice) -> Values:
+        """Member -> its value under `choice` (None: unset).
+
+        Raises:
+            KeyError: `choice` is neither a bool nor the name of a variant.
+        """
+        if isinstance(choice, bool):
+            chosen: Mapping[str, FlagValue | None] = self.values if choice else {}
+        else:
+            chosen = self.variants[choice]
+        return {member: chosen.get(member) for member in self.params}
+
+    def choice_of(self, values: Mapping[str, FlagValue | None]) -> GroupChoice | None:
+        """The choice that sets the members to `values` (a missing member is unset),
+        or None when no choice does."""
+        for choice in self.choices():
+            wanted = self.values_of(choice)
+            if all(same_value(values.get(m), wanted[m]) for m in self.params):
+                return choice
+        return None
 
 
 @dataclass(frozen=True)
@@ -128,7 +162,8 @@ class Space:
 
         Args:
             trial: an Optuna trial; lone params are suggested under their own
-                names, groups as the boolean `group:<name>`, and a conditional
+                names, groups as the categorical `group:<name>` (False, True and
+                the names of its variants, `Group.choices`), and a conditional
                 param only when its condition holds.
         """
         values: Values = {}
@@ -138,8 +173,9 @@ class Space:
             if unit.group is None:
                 values[unit.key] = self.params[unit.key].suggest(trial)
             else:
-                on = trial.suggest_categorical(unit.key, [False, True])
-                values.update(_group_values(unit.group, bool(on)))
+                choice = trial.suggest_categorical(unit.key, unit.group.choices())
+                assert isinstance(choice, bool | str)  # one of the choices offered
+                values.update(unit.group.values_of(choice))
         return self._config(values)
 
     def _config(self, values: Values) -> dict[str, FlagValue]:
@@ -168,7 +204,7 @@ class Space:
             if unit.group is None:
                 params[unit.key] = self.params[unit.key].to_optuna(values[unit.key])
             else:
-                params[unit.key] = values[unit.members[0]] is not None
+                params[unit.key] = unit.group.choice_of(values)
         return params
 
     def _recommended_values(self) -> Values:
@@ -262,10 +298,10 @@ def _choice_classes(unit: Unit, params: Mapping[str, Param],
 
     Each value a condition asks for (and the param has) is a class of its own;
     every other value and "unset" satisfy no condition alike, so they form one
-    class, represented by "unset" (None). A group's two choices are their own classes.
+    class, represented by "unset" (None). Each choice of a group is a class of its own.
     """
     if unit.group is not None:
-        return [(choice, 1) for choice in _unit_choices(unit, params)]
+        return [(values, 1) for _, values in _unit_options(unit, params)]
     param = params[unit.key]
     told: list[FlagValue] = []
     for value in wanted.get(param.name, []):
@@ -286,26 +322,23 @@ def _walk(units: Sequence[Unit], params: Mapping[str, Param], values: Values,
     if not unit.is_active(values):
         yield from _walk(rest, params, values, chosen)
         return
-    for choice in _unit_choices(unit, params):
-        value = (choice[unit.members[0]] is not None) if unit.group is not None \
-            else params[unit.key].to_optuna(choice[unit.key])
+    for value, choice in _unit_options(unit, params):
         yield from _walk(rest, params, {**values, **choice}, {**chosen, unit.key: value})
 
 
-def _group_values(group: Group, on: bool) -> Values:
-    return {name: group.values[name] if on else None for name in group.params}
-
-
 def _unit_count(unit: Unit, params: Mapping[str, Param]) -> int | None:
-    return 2 if unit.group is not None else params[unit.key].count()
+    return len(unit.group.choices()) if unit.group is not None else params[unit.key].count()
 
 
-def _unit_choices(unit: Unit, params: Mapping[str, Param]) -> list[Values]:
+def _unit_options(unit: Unit, params: Mapping[str, Param]) -> list[tuple[Any, Values]]:
+    """A unit's choices: (the Optuna value, the param values it gives), on before off."""
     if unit.group is not None:
-        return [_group_values(unit.group, True), _group_values(unit.group, False)]
+        group = unit.group
+        order: list[GroupChoice] = [True, False, *group.variants]
+        return [(choice, group.values_of(choice)) for choice in order]
     param = params[unit.key]
     candidates = param.values()
     if candidates is None:
         raise ValueError(f"param '{param.name}' is a continuous range: it has no grid")
-    choices: list[Values] = [{param.name: v} for v in candidates]
-    return choices + ([{param.name: None}] if param.allow_unset else [])
+    options = [*candidates, *([None] if param.allow_unset else [])]
+    return [(param.to_optuna(v), {param.name: v}) for v in options]
