@@ -91,11 +91,15 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
                max_warmup: int = 30, mode: str = "paired", drop_unknown: bool = False,
                allow_backend_mismatch: bool = False, prune_margin: float | None = 1.3,
                trial_memory_limit: str | None = None,
-               base_env: Mapping[str, str] | None = None) -> PlannedStudy:
+               base_env: Mapping[str, str] | None = None, fit: bool = True,
+               racing: bool = True) -> PlannedStudy:
     """Validate what the user asked for and check the space against the installed XLA.
 
     The arguments are `autotune study`'s options (sizes as text like `12GiB`;
-    `prune_margin` None never prunes). Nothing touches the database.
+    `prune_margin` None never prunes; `fit` False searches the space as
+    documented instead of fitting it to the workload, `autotune.spaces.fit`;
+    `racing` False never measures the search's leader again, `autotune.results.evidence`).
+    Nothing touches the database.
 
     Raises:
         UsageError (and its kinds): an unknown space, benchmark, sampler,
@@ -131,7 +135,7 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
         warmup=warmup, max_warmup=max_warmup, mode=measure_mode,
         base_env=dict(os.environ if base_env is None else base_env), command=argv,
         memory_limit_bytes=limit, prune_margin=prune_margin, objectives=objectives,
-        memory_budget_bytes=budget)
+        memory_budget_bytes=budget, fit=fit, racing=racing)
     return PlannedStudy(plan, checked, report)
 
 
@@ -191,12 +195,13 @@ class Study:
     def best(self, limit: int = 10) -> list[dict[str, Any]]:
         """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
         from autotune.flags.catalog import load_catalog
+        from autotune.results.fitted import with_fit
         from autotune.results.ranking import best_row_json, best_rows
 
         record, runs = self._read()
         rows = best_rows(runs, load_catalog(), limit=limit,
                          memory_budget=record.memory_budget_bytes, objectives=record.objectives)
-        return [best_row_json(row) for row in rows]
+        return with_fit([best_row_json(row) for row in rows], record)
 
     def recommendation(self) -> dict[str, Any]:
         """What autotune recommends: `{recommended, trial, reason}` (trial None: XLA's

@@ -37,6 +37,10 @@ class TrialRequest:
         steps: timed steps (per executable).
         prune_ratio: PAIRED mode: stop early once the candidate is this many
             times slower than the baseline (None: never).
+        prune_curve: PAIRED mode: the other trials' median running ratio per
+            number of pairs (item k-1: after k pairs; None items and past the
+            end: no limit); the child also stops once the candidate is slower
+            than that (`autotune.protocol.Job.prune_curve`). None: no curve.
         warmup, max_warmup: warm-up rounds after the first step: at least
             `warmup`, more until step times settle, at most `max_warmup`.
         timeout_s: hard limit for the whole child, compilation included.
@@ -65,6 +69,7 @@ class TrialRequest:
     warmup: int = 2
     max_warmup: int = 30
     prune_ratio: float | None = None
+    prune_curve: tuple[float | None, ...] | None = None
     timeout_s: float = 300.0
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
@@ -135,7 +140,8 @@ class SubprocessLauncher(Launcher):
         env[RESULT_ENV] = str(scratch / "result.json")
         env[JOB_ENV] = Job(
             steps=request.steps, warmup=request.warmup, max_warmup=request.max_warmup,
-            prune_ratio=request.prune_ratio, compiler_options=request.compiler_options,
+            prune_ratio=request.prune_ratio, prune_curve=request.prune_curve,
+            compiler_options=request.compiler_options,
             artifact_dir=str(scratch), known_programs=dict(request.known_programs),
             memory_budget_bytes=request.memory_budget_bytes,
             reference_options=request.reference_options,

@@ -19,6 +19,9 @@ from autotune.results.ranking import peak_memory, within_budget
 
 #: Roles whose runs are the study's measurements of a configuration (not re-measurements).
 MEASURED_ROLES = (Role.BASELINE, Role.RECOMMENDED, Role.SEARCH)
+#: Roles `--trials` counts: every process of the search phase, the racing of its leaders
+#: (`autotune.results.evidence`) included.
+BUDGET_ROLES = (*MEASURED_ROLES, Role.RACE)
 
 
 @dataclass

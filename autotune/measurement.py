@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from autotune.collectives import profile_from_json
 from autotune.protocol import ProtocolError, parse_result
 from autotune.records import Measurement, MeasureMode, OutcomeKind
 
@@ -51,6 +52,7 @@ def measurement_from_body(body: dict[str, Any]) -> Measurement:
         abs_sum=body.get("abs_sum"),
         numerics_error=(body.get("numerics") or {}).get("max_rel_error"),
         same_program_as=body.get("same_program_as"),
+        collectives=profile_from_json(body.get("collectives")),
     )
 
 

@@ -57,6 +57,12 @@ class Job:
             within `settle_tolerance` of their median (`autotune.stopping`).
         prune_ratio: PAIRED mode: stop once median(candidate)/median(baseline)
             exceeds it, after `prune_after` pairs; None never prunes.
+        prune_curve: PAIRED mode: the other trials' median running ratio per
+            number of pairs (`autotune.stopping.median_curve`): item k-1 is
+            the median after k pairs, null where it sets no limit. Once
+            `prune_after` pairs are timed, the candidate also stops when its
+            ratio after k pairs exceeds item k-1 (past the end: no limit).
+            None: no median rule.
         compiler_options: None for DIRECT mode (the configuration is in the
             environment); a dict of typed options for PAIRED mode (baseline
             and candidate compiled in the child, steps alternated).
@@ -80,6 +86,7 @@ class Job:
     settle_tolerance: float = 0.05
     prune_ratio: float | None = None
     prune_after: int = PRUNE_AFTER
+    prune_curve: tuple[float | None, ...] | None = None
     compiler_options: Mapping[str, OptionValue] | None = None
     phases: tuple[Phase, ...] = (Phase.COMPILE, Phase.MEASURE)
     known_programs: Mapping[str, int] = field(default_factory=dict)
@@ -88,6 +95,8 @@ class Job:
     reference_options: Mapping[str, OptionValue] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.prune_curve, list):  # JSON's lists, kept as a tuple like phases
+            object.__setattr__(self, "prune_curve", tuple(self.prune_curve))
         _check_job(self)
 
     @property
@@ -163,6 +172,7 @@ def _check_job(job: Job) -> None:
     if job.prune_ratio is not None and not (_is_number(job.prune_ratio) and job.prune_ratio > 0):
         raise ProtocolError(f"job field 'prune_ratio': expected a positive number or null, "
                             f"got {job.prune_ratio!r}")
+    _check_curve(job.prune_curve)
     for name in ("compiler_options", "reference_options"):
         options = getattr(job, name)
         if options is not None and not _options_ok(options):
@@ -186,6 +196,18 @@ def _check_job(job: Job) -> None:
                             f"null, got {budget!r}")
     if job.artifact_dir is not None and not isinstance(job.artifact_dir, str):
         raise ProtocolError(f"job field 'artifact_dir': expected a path, got {job.artifact_dir!r}")
+
+
+def _check_curve(curve: object) -> None:
+    if curve is None:
+        return
+    if not isinstance(curve, tuple):
+        raise ProtocolError(f"job field 'prune_curve': expected a list of positive numbers or "
+                            f"nulls, or null, got {curve!r}")
+    for i, value in enumerate(curve):
+        if value is not None and not (_is_number(value) and value > 0):
+            raise ProtocolError(f"job field 'prune_curve[{i}]': expected a positive number or "
+                                f"null, got {value!r}")
 
 
 def _is_int(value: object) -> bool:
@@ -236,6 +258,7 @@ def parse_result(text: str) -> dict[str, Any]:
             raise ProtocolError(f"result field {required!r}: missing or not text "
                                 f"(got {body.get(required)!r})")
     _check_result_fields(body)
+    _check_collectives(body.get("collectives"))
     return body
 
 
@@ -262,3 +285,19 @@ def _check_result_fields(body: dict[str, Any]) -> None:
         v = body.get(key)
         if v is not None and not isinstance(v, str):
             raise ProtocolError(f"result field {key!r}: expected text, got {v!r}")
+
+
+def _check_collectives(value: object) -> None:
+    """`collectives`, when present: kind -> {figure name: whole number >= 0}."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ProtocolError(f"result field 'collectives': expected an object, got {value!r}")
+    for kind, figures in value.items():
+        if not isinstance(figures, dict):
+            raise ProtocolError(f"result field 'collectives.{kind}': expected an object, "
+                                f"got {figures!r}")
+        for name, v in figures.items():
+            if not (_is_int(v) and v >= 0):
+                raise ProtocolError(f"result field 'collectives.{kind}.{name}': expected a "
+                                    f"whole number, got {v!r}")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 FlagValue = bool | int | float | str
 
@@ -38,6 +39,7 @@ class Role(StrEnum):
     RECOMMENDED = "recommended"
     SEARCH = "search"
     CONFIRM = "confirm"
+    RACE = "race"  # a leader of the search measured again, before it may be called best
     FINGERPRINT = "fingerprint"  # compiled only, for its program's fingerprint (shrinking)
     ABLATION = "ablation"  # the winner less one flag, timed against the winner in one process
     MINIMAL = "minimal"  # the shrunk winner, timed against XLA's defaults
@@ -60,6 +62,32 @@ class MeasureMode(StrEnum):
 def median(values: tuple[float, ...]) -> float | None:
     """Median of `values`, or None when empty."""
     return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class CollectiveStats:
+    """One kind of collective (all-reduce, all-gather...) in a compiled program, as
+    `autotune.collectives.collective_profile` reads it from the optimised HLO.
+
+    Sizes are bytes of the instructions' results, which XLA's combine and
+    latency-bound thresholds compare: `bytes` over every instruction of the
+    kind, `loop_count` and `loop_bytes` over those inside a while loop (its
+    body or condition, or a computation they call), `smallest_bytes` the
+    smallest array one of them produces (one operand of a combined tuple),
+    `largest_bytes` the largest single instruction.
+    """
+
+    count: int
+    bytes: int
+    loop_count: int = 0
+    loop_bytes: int = 0
+    smallest_bytes: int = 0
+    largest_bytes: int = 0
+
+    @property
+    def in_loop(self) -> bool:
+        """Whether any collective of the kind runs inside a while loop."""
+        return self.loop_count > 0
 
 
 @dataclass(frozen=True)
@@ -99,6 +127,9 @@ class Measurement:
     abs_sum: float | None = None
     numerics_error: float | None = None
     same_program_as: int | None = None
+    #: kind -> its collectives in the compiled program (kinds the program lacks are left
+    #: out); None where it was not read (runs stored before it was).
+    collectives: Mapping[str, CollectiveStats] | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -180,6 +211,9 @@ class StudyRecord:
     space_backend: str | None = None
     objectives: tuple[str, ...] = ("time",)
     memory_budget_bytes: int | None = None
+    #: The search space fitted to the workload, as stored (the JSON document of
+    #: `autotune.spaces.fit.SpaceFit`); None until the study fitted it, or never (--no-fit).
+    space_fit: Mapping[str, Any] | None = None
 
     @property
     def multi_objective(self) -> bool:

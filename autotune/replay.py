@@ -15,7 +15,7 @@ import random
 import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import cycle
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 from autotune.flags import compose
 from autotune.launcher import Launcher, TrialRequest
 from autotune.measurement import measurement_from_body
-from autotune.records import FlagValue, OutcomeKind, TrialOutcome
+from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
 from autotune.stats import paired_ratio
 
 TABLE_KIND = "autotune-replay-table"
@@ -148,6 +148,18 @@ class ReplayTable:
         program = self.programs.get(key)
         return ("program", program) if program else ("configuration", key)
 
+    def members(self, program: str) -> list[str]:
+        """The keys of the configurations compiled to `program`, sorted."""
+        return self._members.get(program, [])
+
+    @cached_property
+    def _members(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for key in sorted(self.runs):
+            if key in self.programs:
+                out[self.programs[key]].append(key)
+        return dict(out)
+
     def distinct_programs(self) -> int | None:
         """How many distinct programs the table's configurations compiled to (None if unknown)."""
         return len(set(self.programs.values())) if self.programs else None
@@ -170,11 +182,15 @@ class ReplayTable:
 class TableLauncher(Launcher):
     """Answers each trial from a `ReplayTable`, the noise drawn from the recorded repeats.
 
-    A request is looked up by its effective configuration; one of that
-    configuration's recorded repeats is drawn at random (seeded), failures
-    included. With `prune_ratio` set, the child's pruning rule
-    (`autotune.bench`) is applied to the recorded steps, so pruned trials
-    come out as they would have.
+    A request is looked up by its effective configuration and answered as a
+    real child would: a timed answer is one recorded process of the
+    configuration's program (`_draw`: the repeats of every configuration
+    compiled to it, without replacement, seeded), failures included, with the
+    table's fingerprints of the program and of the baseline's; a program in
+    the request's `known_programs`, or a compile-only request (`timed=False`),
+    is compiled only (`_compiled_only`). With `prune_ratio` or `prune_curve`
+    set, the child's pruning rules (`autotune.stopping`) are applied to the
+    recorded steps, so pruned trials come out as they would have.
 
     Args:
         table: the recorded table.
@@ -187,6 +203,7 @@ class TableLauncher(Launcher):
         self.catalog = catalog
         self.rng = random.Random(seed)
         self.launched: list[str] = []
+        self._rounds: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         key = compose.config_key(compose.effective_config(request.flags, self.catalog))
@@ -194,7 +211,47 @@ class TableLauncher(Launcher):
         runs = self.table.runs.get(key)
         if not runs:
             return TrialOutcome(OutcomeKind.CRASHED, f"the replay table has no entry {key!r}")
-        return _outcome(self.rng.choice(list(runs)), request.prune_ratio)
+        program = self.table.programs.get(key)
+        known = request.known_programs.get(program) if program else None
+        if known is not None or not request.timed:
+            return self._compiled_only(runs, program, known)
+        outcome = _outcome(self._draw(key), request.prune_ratio, request.prune_curve)
+        return self._fingerprinted(outcome, program)
+
+    def _draw(self, key: str) -> Mapping[str, Any]:
+        """One recorded process of the configuration's program, drawn without replacement
+        (a shuffled round of its pooled repeats, then the next round): two re-measurements
+        are two distinct recorded processes, as two real ones would be, and one lucky
+        process is not drawn again until every other repeat has been."""
+        program = self.table.programs.get(key)
+        pool = ("program", program) if program else ("configuration", key)
+        stack = self._rounds.setdefault(pool, [])
+        if not stack:
+            members = [key] if program is None else self.table.members(program)
+            stack.extend(run for k in members for run in self.table.runs[k])
+            self.rng.shuffle(stack)
+        return stack.pop()
+
+    def _fingerprinted(self, outcome: TrialOutcome, program: str | None) -> TrialOutcome:
+        """The outcome with the table's fingerprints of its program and of the baseline's,
+        as a real child reports them."""
+        if outcome.measurement is None or program is None:
+            return outcome
+        measurement = replace(outcome.measurement, fingerprint=program,
+                              baseline_fingerprint=self.table.programs.get(""))
+        return replace(outcome, measurement=measurement)
+
+    def _compiled_only(self, runs: Sequence[Mapping[str, Any]], program: str | None,
+                       known: int | None) -> TrialOutcome:
+        """What a real child answers when it only compiles: a compile-only request
+        (`timed=False`), or a program another trial timed (`known_programs`; the
+        result names that trial). The time is a recorded compile time."""
+        compile_s = statistics.median(float(r.get("compile_time_s") or 0.0) for r in runs)
+        measurement = Measurement(
+            step_times_s=(), compile_time_s=compile_s, mode=MeasureMode.PAIRED,
+            fingerprint=program, baseline_fingerprint=self.table.programs.get(""),
+            backend="cpu", same_program_as=known)
+        return TrialOutcome(OutcomeKind.OK, "", measurement, duration_s=compile_s)
 
 
 def _run_ratio(run: Mapping[str, Any]) -> float | None:
@@ -203,19 +260,22 @@ def _run_ratio(run: Mapping[str, Any]) -> float | None:
     return paired_ratio([run["step_times_s"]], [run["baseline_step_times_s"]], n_boot=1).ratio
 
 
-def _outcome(run: Mapping[str, Any], prune_ratio: float | None) -> TrialOutcome:
-    """A recorded run as the outcome of a PAIRED trial (pruned by the child's rule if due)."""
+def _outcome(run: Mapping[str, Any], prune_ratio: float | None,
+             prune_curve: Sequence[float | None] | None = None) -> TrialOutcome:
+    """A recorded run as the outcome of a PAIRED trial, pruned where the child's rules
+    (the margin `prune_ratio` and the median `prune_curve`, `autotune.stopping.prune_verdict`)
+    would have stopped it: its steps cut there, its message the child's."""
     from autotune.protocol import PRUNE_AFTER
     from autotune.stopping import prune_point, prune_verdict
 
     body = {"mode": "paired", "backend": "cpu", **run}
     kind = OutcomeKind(body.get("status", "ok"))
-    if kind is OutcomeKind.OK and prune_ratio is not None:
+    if kind is OutcomeKind.OK and (prune_ratio is not None or prune_curve is not None):
         cand, base = body["step_times_s"], body["baseline_step_times_s"]
-        k = prune_point(cand, base, prune_ratio, PRUNE_AFTER)
+        k = prune_point(cand, base, prune_ratio, PRUNE_AFTER, prune_curve)
         if k is not None:
             body.update(status="pruned", message=prune_verdict(cand[:k], base[:k], prune_ratio,
-                                                               PRUNE_AFTER),
+                                                               PRUNE_AFTER, prune_curve),
                         step_times_s=cand[:k], baseline_step_times_s=base[:k])
             kind = OutcomeKind.PRUNED
     measurement = measurement_from_body(body) if body.get("step_times_s") else None

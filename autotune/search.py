@@ -41,9 +41,9 @@ GRID_LIMIT = 20_000
 #: them. Optuna's default of 10 spends half of a 20-trial GPU budget on
 #: random draws. Chosen on seeds 0-19 of the recorded norm-act table (within
 #: 2% of the best in a median of 6 trials, against 11 with 8 and 16 with 10);
-#: on 100 held-out seeds it needs 9 against random search's 12, a lean that a
-#: rank test does not call significant (p=0.245; the README's Search section,
-#: benchmarks/scripts/search_efficiency.py).
+#: on 100 held-out seeds it needed 9 against random search's 12, a lean that a
+#: rank test did not call significant (p=0.245; counted in launched trials by the
+#: single-measurement rule, before evidence was pooled by program: commit 044c1b4).
 TPE_STARTUP = 4
 
 

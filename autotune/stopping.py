@@ -1,15 +1,20 @@
 """When the trial child stops: warm-up that has settled, and a candidate pruned as too slow.
 
 The child applies these rules step by step; the parent sets the prune limit
-(`prune_limit`) and replays the same rule over recorded steps (`prune_point`,
-in `autotune.replay` and the pruning benchmark), so one definition serves
-both. Pure and standard library only, tested in-process.
+(`prune_limit`) and the other trials' median curve (`median_curve`), and
+replays the same rules over recorded steps (`prune_point`, in
+`autotune.replay` and the pruning benchmark), so one definition serves both.
+Pure and standard library only, tested in-process.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+#: Trials that must have reached k pairs before the median curve limits a trial at k
+#: (like the `n_startup_trials` of Optuna's MedianPruner, counted per pair).
+CURVE_MIN_TRIALS = 5
 
 
 def settled(times: Sequence[float], window: int = 5, tolerance: float = 0.05) -> bool:
@@ -53,31 +58,109 @@ def warm_up(steps: Sequence[Callable[[], float]], *, minimum: int, cap: int, win
             times[k].append(steps[k]())
 
 
+def running_ratios(cand: Sequence[float], base: Sequence[float]) -> list[float]:
+    """The running ratio after each pair: item k-1 is median(cand[:k]) / median(base[:k]).
+
+    As many items as there are pairs (the shorter of the two lists).
+    """
+    return [statistics.median(cand[:k]) / statistics.median(base[:k])
+            for k in range(1, min(len(cand), len(base)) + 1)]
+
+
+def median_curve(trials: Iterable[tuple[Sequence[float], Sequence[float]]],
+                 min_trials: int = CURVE_MIN_TRIALS) -> list[float | None]:
+    """The other trials' median running ratio per number of pairs.
+
+    `trials` are (candidate steps, baseline steps) of recorded PAIRED trials,
+    a pruned trial's steps up to where it stopped. Item k-1 of the curve is
+    the median, over the trials with at least k pairs, of their running
+    ratio after k pairs (`running_ratios`), or None where fewer than
+    `min_trials` trials reached k pairs. The curve is as long as the longest
+    trial (empty without trials).
+    """
+    return curve_of_ratios([running_ratios(cand, base) for cand, base in trials], min_trials)
+
+
+def curve_of_ratios(ratios: Iterable[Sequence[float]],
+                    min_trials: int = CURVE_MIN_TRIALS) -> list[float | None]:
+    """`median_curve` from each trial's `running_ratios`, already computed."""
+    at: list[list[float]] = []
+    for trial in ratios:
+        for k, ratio in enumerate(trial):
+            if k == len(at):
+                at.append([])
+            at[k].append(ratio)
+    return [statistics.median(r) if len(r) >= min_trials else None for r in at]
+
+
+def curve_at(curve: Sequence[float | None] | None, pairs: int) -> float | None:
+    """The curve's median after `pairs` pairs (item pairs-1); None beyond its end or without one."""
+    if curve is None or not 1 <= pairs <= len(curve):
+        return None
+    return curve[pairs - 1]
+
+
 def prune_verdict(cand: Sequence[float], base: Sequence[float], limit: float | None,
-                  after: int) -> str | None:
+                  after: int, curve: Sequence[float | None] | None = None) -> str | None:
     """Why the candidate stops here, or None to go on.
 
-    With a `limit`, once at least `after` paired steps are timed, the
-    candidate stops when median(cand) / median(base) exceeds the limit.
+    Once at least `after` paired steps are timed, after k = len(cand) pairs:
+
+    - the median rule, where the curve has a value at k (`curve_at(curve, k)`,
+      see `median_curve`; five or more other trials reached k pairs): stop
+      when the candidate's lowest running ratio so far exceeds it
+      (`curve_verdict`);
+    - else the margin rule: stop when r = median(cand) / median(base)
+      exceeds `limit` (None: no limit).
+
+    The margin is the fallback while too few trials make a curve: on the
+    recorded tables the median rule alone prunes fewer good configurations
+    than the margin for about the same saving, and either rule together
+    prunes more than each (README, `benchmarks/scripts/pruning_check.py`).
+    The message names the rule: the limit, or the other trials' median.
     """
-    if limit is None or len(cand) < after:
+    if len(cand) < after:
         return None
-    ratio = statistics.median(cand) / statistics.median(base)
-    if ratio <= limit:
+    if curve_at(curve, len(cand)) is not None:
+        return curve_verdict(cand, base, curve, after)
+    if limit is not None and (ratio := statistics.median(cand) / statistics.median(base)) > limit:
+        return (f"stopped after {len(cand)} paired steps: {ratio:.3f}x the baseline's step time, "
+                f"above the {limit:.3f} limit (clearly slower than the best so far)")
+    return None
+
+
+def curve_verdict(cand: Sequence[float], base: Sequence[float],
+                  curve: Sequence[float | None] | None, after: int) -> str | None:
+    """The median rule alone: why the candidate stops here, or None to go on.
+
+    Once at least `after` pairs are timed, the candidate stops when its
+    lowest running ratio so far (median(cand[:j]) / median(base[:j]) for j up
+    to k = len(cand); Optuna's MedianPruner takes a trial's best intermediate
+    value the same way) exceeds `curve_at(curve, k)`. The lowest, not the
+    latest: a good candidate that one slow step pushes above the median is
+    not lost (on the recorded tables this halves the good configurations
+    pruned; README, pruning_check.py).
+    """
+    median = curve_at(curve, len(cand))
+    if len(cand) < after or median is None:
+        return None
+    ratio = min(statistics.median(cand[:j]) / statistics.median(base[:j])
+                for j in range(1, len(cand) + 1))
+    if ratio <= median:
         return None
     return (f"stopped after {len(cand)} paired steps: {ratio:.3f}x the baseline's step time, "
-            f"above the {limit:.3f} limit (clearly slower than the best so far)")
+            f"above {median:.3f}, the other trials' median after {len(cand)} steps")
 
 
 def prune_point(cand: Sequence[float], base: Sequence[float], limit: float | None,
-                after: int) -> int | None:
+                after: int, curve: Sequence[float | None] | None = None) -> int | None:
     """The number of pairs after which the child would stop these recorded steps, or None.
 
-    The live rule (`prune_verdict` after each pair), replayed over steps
-    already recorded.
+    The live rule (`prune_verdict` after each pair, the margin `limit` and
+    the median `curve` together), replayed over steps already recorded.
     """
     for k in range(after, len(cand) + 1):
-        if prune_verdict(cand[:k], base[:k], limit, after):
+        if prune_verdict(cand[:k], base[:k], limit, after, curve):
             return k
     return None
 
@@ -93,6 +176,21 @@ def prune_limit(margin: float | None, best_ratio: float | None, *, paired: bool,
     if margin is None or best_ratio is None or not paired or not time_only:
         return None
     return margin * best_ratio
+
+
+def prune_curve(margin: float | None, trials: Iterable[tuple[Sequence[float], Sequence[float]]],
+                *, paired: bool, time_only: bool) -> list[float | None] | None:
+    """The median curve a search trial carries (`median_curve` of the other trials' steps).
+
+    None (no median rule) under the same conditions as `prune_limit`: without
+    a margin (pruning is off), outside PAIRED mode and when memory is an
+    objective too; and None while the curve sets no limit at any number of
+    pairs (fewer than `CURVE_MIN_TRIALS` trials).
+    """
+    if margin is None or not paired or not time_only:
+        return None
+    curve = median_curve(trials)
+    return curve if any(c is not None for c in curve) else None
 
 
 def over_budget(footprint: int | None, budget: int | None) -> bool:

@@ -51,7 +51,7 @@ from autotune.errors import BaselineFailedError
 from autotune.flags.compose import compiler_options, config_key, effective_config
 from autotune.heartbeat import claim_heartbeat
 from autotune.launcher import Launcher, TrialRequest
-from autotune.measured import MEASURED_ROLES, MeasuredIndex, objective_values
+from autotune.measured import BUDGET_ROLES, MEASURED_ROLES, MeasuredIndex, objective_values
 from autotune.records import (
     CLAIM_BEAT_S,
     ClaimRecord,
@@ -65,9 +65,18 @@ from autotune.records import (
     TrialOutcome,
 )
 from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
-from autotune.results.ranking import peak_memory, ranked, recommend
+from autotune.results.evidence import ProgramEvidence, incumbent, pooled, race_target
+from autotune.results.ranking import peak_memory, ranked, recommend, within_budget
 from autotune.results.shrink import Shrink, Step, shrink
 from autotune.search import Objective, SamplerChoice, choose_sampler, grid_order, make_sampler
+from autotune.spaces.fit import (
+    SpaceFit,
+    apply_fit,
+    collective_changes,
+    probe_cases,
+    run_probe,
+    settle,
+)
 from autotune.stopping import prune_limit
 from autotune.storage.store import Store
 from autotune.trials import (
@@ -90,8 +99,16 @@ MAX_REPEATED_PROPOSALS = 100
 #: Seconds between looks at the database while another process measures what this one needs.
 POLL_S = 1.0
 
+#: Why a study stops at once when fitting left nothing to search.
+EMPTY_FIT_NOTE = ("fitted to the workload, the space has nothing left to search: none of its "
+                  "flags changes this program (`autotune best` says why for each); keep "
+                  "XLA's defaults, or try another space")
+
 #: The claim key of the baseline: the empty configuration.
 BASELINE_KEY = ""
+
+#: The claim key of fitting the space to the workload (`StudyRunner.fit_space`).
+FIT_KEY = "fit:space"
 
 
 @dataclass(frozen=True)
@@ -119,14 +136,17 @@ class StudyPlan:
     objectives: tuple[Objective, ...] = (Objective.TIME,)
     memory_budget_bytes: int | None = None
     heartbeat_s: int = 30
+    racing: bool = True
+    fit: bool = True
 
     def recorded(self) -> dict[str, Any]:
         """The plan fields stored with the study, beyond its columns (JSON-ready).
 
         A re-run must ask for the same: the space file's and workload file's
         content (hashed), the command, steps, warm-up, sampler, prune margin
-        and the time and memory limits of a trial. `trials` and `seed` may
-        change (running more trials continues the study).
+        and the time and memory limits of a trial, and whether the space is
+        fitted to the workload (`fit`). `trials` and `seed` may change
+        (running more trials continues the study).
         """
         return {
             "space_sha256": _sha256(self.space.path),
@@ -136,6 +156,7 @@ class StudyPlan:
             "sampler": self.sampler, "prune_margin": self.prune_margin,
             "timeout_per_trial": self.timeout_per_trial,
             "memory_limit_bytes": self.memory_limit_bytes,
+            "fit": self.fit,
         }
 
     def sampler_choice(self) -> SamplerChoice:
@@ -189,6 +210,12 @@ class StudyRunner:
             plan.name, roles=[Role.BASELINE], env_key=self.env_key))
         self._grid: list[tuple[dict[str, Any], str]] | None = None
         self._study: optuna.Study | None = None
+        #: The space trials are sampled from: the plan's, or the one fitted to the
+        #: workload once `fit_space` has adopted the study's fit.
+        self.space: Space = plan.space
+        self._fit: SpaceFit | None = None
+        #: Told the fit once this process adopts it (progress displays).
+        self.on_fit: Callable[[SpaceFit], None] | None = None
 
     def prepare(self) -> optuna.Study:
         """Create the study (or check that a resumed one has the same settings), open
@@ -255,7 +282,13 @@ class StudyRunner:
             if view.baseline_elsewhere():
                 time.sleep(POLL_S)  # another process measures this environment's baseline
                 continue
-            step, run = self._step(study, view)
+            if view.index.baseline_ok():
+                self.fit_space(study)  # once: before anything is sampled
+                if not self.space.params and not self.space.groups:
+                    return RunSummary(launched, reused, EMPTY_FIT_NOTE)
+            step, run = self._race(view)
+            if step == "skip":
+                step, run = self._step(study, view)
             if step == "exhausted":
                 return RunSummary(launched, reused, "every configuration of the space has been "
                                   "measured or is being measured")
@@ -295,7 +328,7 @@ class StudyRunner:
             with deferred_interrupt():  # claimed and remembered together
                 verdict, claim = self.store.claim(
                     self.plan.name, self.env_key, view.index.key(config), role, config,
-                    trial.number, self.owner, budget=(self.plan.trials, MEASURED_ROLES))
+                    trial.number, self.owner, budget=(self.plan.trials, BUDGET_ROLES))
                 if verdict is not ClaimVerdict.CLAIMED:
                     set_aside(study, trial, "not_needed" if verdict is ClaimVerdict.FULL
                               else "duplicate")
@@ -310,17 +343,167 @@ class StudyRunner:
                     self.store.release(claim.id)
             raise
 
+    def _race(self, view: StudyView) -> tuple[str, RunRecord | None]:
+        """Measure the search's leader again when it is not yet backed by enough processes
+        (`results.evidence.race_target`), before anything new is sampled.
+
+        Returns ("skip", None) when there is nothing to race (or racing is off: DIRECT
+        mode, an objective other than time alone, `plan.racing` False, or the leader is
+        being raced by another process), ("launched", run), or (FULL, None).
+        """
+        target = self._race_target(view)
+        if target is None:
+            return "skip", None
+        first = target.first
+        number = first.trial_number
+        assert number is not None
+        verdict, claim = self.store.claim(
+            self.plan.name, self.env_key, f"race:{number}:{target.n}", Role.RACE, first.flags,
+            number, self.owner, budget=(self.plan.trials, BUDGET_ROLES))
+        if verdict is ClaimVerdict.FULL:
+            return verdict, None
+        if claim is None or verdict is not ClaimVerdict.CLAIMED:
+            return "skip", None
+        try:
+            outcome = self.judge.guard(self._measure(self.judge.request(first.flags), claim.id))
+        except BaseException:
+            with deferred_interrupt():
+                self.store.release(claim.id)
+            raise
+        with deferred_interrupt():
+            ratio = self.judge.ratio(outcome)
+            environment = environment_of(outcome.measurement)
+            user_env = self.judge.user_env(first.flags)
+            run_id = self.store.record_run(
+                self.plan.name, number, Role.RACE, first.flags, user_env, outcome, environment,
+                ratio=ratio, env_key=self.env_key, claim_id=claim.id)
+        return "launched", RunRecord(run_id, self.plan.name, number, Role.RACE, first.flags,
+                                     user_env, outcome, datetime.now(UTC), environment, ratio,
+                                     self.env_key)
+
+    def _race_target(self, view: StudyView) -> ProgramEvidence | None:
+        """The program to measure again now, or None (see `_race`)."""
+        p = self.plan
+        if (not p.racing or p.mode is not MeasureMode.PAIRED
+                or p.objectives != (Objective.TIME,) or not view.index.baseline_ok()):
+            return None
+        return race_target(pooled(view.runs, lambda r: within_budget(r, p.memory_budget_bytes)))
+
+    # --- fitting the space to the workload -----------------------------------------------
+
+    def fit_space(self, study: optuna.Study) -> SpaceFit | None:
+        """Fit the space to the baseline's program once per study; sample from it after.
+
+        Call it once this environment's baseline is measured OK and before
+        anything is sampled (`run` does, every round: after the first call it
+        returns at once). The first process to claim the fit (`FIT_KEY`, role
+        FINGERPRINT, outside `--trials`) computes it (`autotune.spaces.fit`: the
+        baseline's collectives, then compile-only runs stored as FINGERPRINT
+        runs) and stores it with the study (`Store.save_fit`); the others wait
+        for it and a resume reads it back, so every process samples the same
+        space (`self.space`). A study that sampled configurations before it was
+        fitted stores a fit that changes nothing (`skipped`), since Optuna
+        refuses other candidates for a param it has sampled.
+
+        Returns:
+            The fit in use, or None when the plan says `fit=False`.
+        """
+        if self._fit is not None or not self.plan.fit:
+            return self._fit
+        while (stored := self.store.get_study(self.plan.name).space_fit) is None:
+            verdict, claim = self.store.claim(self.plan.name, self.env_key, FIT_KEY,
+                                              Role.FINGERPRINT, {}, None, self.owner)
+            if verdict is ClaimVerdict.CLAIMED or (
+                    claim is not None and claim.state is ClaimState.DONE):  # stored elsewhere
+                self._store_fit(study, claim if verdict is ClaimVerdict.CLAIMED else None)
+                continue
+            raise_if_interrupted()
+            time.sleep(POLL_S)  # another process fits it now
+            self.prepare()  # releases the claim of a process of this host that died
+            if claim is not None and claim.id not in {
+                    c.id for c in self.store.live_claims(self.plan.name)}:
+                self.store.release(claim.id)  # its owner (another host) stopped beating
+        self._fit = SpaceFit.from_json(stored)
+        if self._fit.skipped is None:
+            self.space, self._grid = apply_fit(self.plan.space, self._fit), None
+        if self.on_fit is not None:
+            self.on_fit(self._fit)
+        return self._fit
+
+    def _store_fit(self, study: optuna.Study, claim: ClaimRecord | None) -> None:
+        """Compute the fit under `claim` (None: without one) and store it, unless another
+        process stored one first; the claim ends done (interrupted on a stop)."""
+        try:
+            fit = self._compute_fit(study, None if claim is None else claim.id)
+            self.store.save_fit(self.plan.name, fit.to_json())
+        except BaseException:
+            if claim is not None:
+                with deferred_interrupt():
+                    self.store.release(claim.id)
+            raise
+        if claim is not None:
+            self.store.release(claim.id, ClaimState.DONE)
+
+    def _compute_fit(self, study: optuna.Study, claim_id: int | None) -> SpaceFit:
+        """The fit of the plan's space to this environment's baseline (see `fit_space`)."""
+        if any(t.params for t in study.get_trials(deepcopy=False)):
+            return SpaceFit(skipped="the study sampled configurations before its space was "
+                            "fitted: it keeps the space as documented")
+        runs = self.store.runs(self.plan.name, env_key=self.env_key)
+        base = next((r.outcome.measurement for r in runs if r.role is Role.BASELINE
+                     and r.outcome.ok and r.outcome.measurement is not None), None)
+        if base is None:
+            return SpaceFit(skipped="the baseline measured nothing to fit the space to")
+        space, collectives = self.plan.space, base.collectives
+        changes = collective_changes(space, collectives) if collectives is not None else []
+        compiled = self._compiled_before(runs)  # an interrupted fit's compiles count
+        if self.plan.mode is MeasureMode.PAIRED and base.fingerprint:
+            compiled[""] = base.fingerprint  # compiled the way the probe compiles
+        made = len(compiled)
+
+        def compile_(config: Mapping[str, FlagValue]) -> str | None:
+            key = config_key(effective_config(config, self.judge.catalog))
+            if key not in compiled:
+                compiled[key] = self._compile_only(config, claim_id)
+            return compiled[key]
+
+        cases = probe_cases(apply_fit(space, settle(space, changes)), self.judge.catalog) \
+            if base.fingerprint else []  # a launcher that fingerprints nothing: no probe
+        changes += run_probe(cases, compile_({}) if cases else None, compile_)
+        return settle(space, changes, probes=len(compiled) - made, collectives=collectives)
+
+    def _compiled_before(self, runs: list[RunRecord]) -> dict[str, str | None]:
+        """Effective key -> fingerprint of the compile-only runs an interrupted fit stored."""
+        return {config_key(effective_config(r.flags, self.judge.catalog)):
+                r.outcome.measurement.fingerprint if r.outcome.ok else None
+                for r in runs if r.role is Role.FINGERPRINT and r.trial_number is None
+                and r.outcome.measurement is not None}
+
+    def _compile_only(self, config: Mapping[str, FlagValue], claim_id: int | None) -> str | None:
+        """Compile `config` per compilation (nothing timed), store the run as FINGERPRINT
+        (no trial) and return its program's fingerprint (None: it did not compile)."""
+        request = replace(self.judge.request({}), flags=dict(config), timed=False,
+                          compiler_options=compiler_options(config, self.judge.catalog))
+        outcome = self._measure(request, claim_id) if claim_id is not None \
+            else self.launcher.launch(request)
+        with deferred_interrupt():
+            self.store.record_run(self.plan.name, None, Role.FINGERPRINT, dict(config),
+                                  self.judge.user_env(config), outcome,
+                                  environment_of(outcome.measurement), env_key=self.env_key)
+        m = outcome.measurement
+        return m.fingerprint if outcome.ok and m is not None else None
+
     def _view(self) -> StudyView:
         """What the database says now: this environment's runs and running claims."""
         runs = self.store.runs(self.plan.name, env_key=self.env_key)
         running = self.store.claims(self.plan.name, [ClaimState.RUNNING], env_key=self.env_key)
         index = MeasuredIndex.of(runs, self.judge.catalog)
         index.in_flight = {c.key for c in running}
-        return StudyView(index, self.store.held(self.plan.name, MEASURED_ROLES))
+        return StudyView(index, self.store.held(self.plan.name, BUDGET_ROLES), runs)
 
     def remaining(self) -> int:
         """Trials still to launch before the study holds `plan.trials` measured ones."""
-        return max(0, self.plan.trials - self.store.held(self.plan.name, MEASURED_ROLES))
+        return max(0, self.plan.trials - self.store.held(self.plan.name, BUDGET_ROLES))
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
@@ -405,7 +588,7 @@ class StudyRunner:
     def _wait_for_search(self) -> None:
         """Block while other processes still measure search trials in this environment, so
         every process confirms the same leaders."""
-        while any(c.role in MEASURED_ROLES for c in self.store.claims(
+        while any(c.role in BUDGET_ROLES for c in self.store.claims(
                 self.plan.name, [ClaimState.RUNNING], env_key=self.env_key)):
             raise_if_interrupted()
             time.sleep(POLL_S)
@@ -482,7 +665,7 @@ class StudyRunner:
         if not index.baseline_ok():
             study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
             return True
-        rec = self.plan.space.recommended_params()
+        rec = self.space.recommended_params()
         if rec is not None and not has_role(study, Role.RECOMMENDED):
             study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
             return True
@@ -499,7 +682,7 @@ class StudyRunner:
         import optuna
 
         if self._grid is None:
-            space, catalog = self.plan.space, self.judge.catalog
+            space, catalog = self.space, self.judge.catalog
             self._grid = [(p, config_key(effective_config(
                 space.sample(optuna.trial.FixedTrial(p)), catalog)))
                 for p in grid_order(space, self.plan.seed)]
@@ -507,7 +690,7 @@ class StudyRunner:
 
     def _proposal(self, trial: optuna.Trial) -> tuple[Role, dict[str, FlagValue]]:
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
-        return role, ({} if role is Role.BASELINE else self.plan.space.sample(trial))
+        return role, ({} if role is Role.BASELINE else self.space.sample(trial))
 
     def _launch(self, study: optuna.Study, trial: optuna.Trial, role: Role,
                 config: dict[str, FlagValue], index: MeasuredIndex,
@@ -516,7 +699,8 @@ class StudyRunner:
         its claim, tell Optuna. A failed baseline leaves its claim open to a retry."""
         request = self.judge.request(config)
         if role is Role.SEARCH:
-            request = replace(request, prune_ratio=self._prune_ratio(index))
+            request = replace(request, prune_ratio=self._prune_ratio(index),
+                              prune_curve=self._prune_curve(index))
         if role is not Role.BASELINE:  # the baseline is always timed: it is the reference
             request = replace(request, memory_budget_bytes=self.plan.memory_budget_bytes)
         if role is not Role.BASELINE and request.compiler_options is not None:
@@ -549,6 +733,27 @@ class StudyRunner:
                            paired=self.plan.mode is MeasureMode.PAIRED,
                            time_only=self.plan.objectives == (Objective.TIME,))
 
+    def _prune_curve(self, index: MeasuredIndex) -> tuple[float | None, ...] | None:
+        """Also stop a search trial once it is slower than the other trials' median so far.
+
+        The curve (`autotune.stopping.prune_curve`) is built from this
+        environment's search and recommended runs (the index holds one
+        environment's) that timed PAIRED steps, ok or pruned: a pruned run's
+        steps count for the pairs it reached. None (no median rule) under the
+        conditions of `_prune_ratio`, or while too few trials were timed.
+        """
+        from autotune.stopping import prune_curve
+
+        trials = ((m.step_times_s, m.baseline_step_times_s) for run in index.runs.values()
+                  if run.role in (Role.SEARCH, Role.RECOMMENDED)
+                  and run.outcome.kind in (OutcomeKind.OK, OutcomeKind.PRUNED)
+                  and (m := run.outcome.measurement) is not None
+                  and m.mode is MeasureMode.PAIRED and m.baseline_step_times_s)
+        curve = prune_curve(self.plan.prune_margin, trials,
+                            paired=self.plan.mode is MeasureMode.PAIRED,
+                            time_only=self.plan.objectives == (Objective.TIME,))
+        return None if curve is None else tuple(curve)
+
     def _tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRecord, role: Role,
               reused: bool) -> None:
         """Tell Optuna the run's objective values (and feasibility), or its failure."""
@@ -572,7 +777,9 @@ class StudyRunner:
 
     def _event(self, run: RunRecord, view: StudyView) -> TrialEvent:
         view.index.add(run)
-        best = view.index.best_ratio(self.plan.memory_budget_bytes)
+        budget = self.plan.memory_budget_bytes
+        backed = incumbent(pooled([*view.runs, run], lambda r: within_budget(r, budget)))
+        best = backed.ratio if backed is not None else view.index.best_ratio(budget)
         assert run.trial_number is not None
         return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
                           1 / best if best else None, min(view.held + 1, self.plan.trials),
@@ -582,10 +789,12 @@ class StudyRunner:
 @dataclass
 class StudyView:
     """One look at the database: this environment's measured configurations (with the
-    keys other processes measure now in `index.in_flight`) and what `--trials` counts."""
+    keys other processes measure now in `index.in_flight`), what `--trials` counts, and
+    every run of this environment (the evidence racing reads)."""
 
     index: MeasuredIndex
     held: int
+    runs: list[RunRecord] = field(default_factory=list)
 
     def baseline_elsewhere(self) -> bool:
         """Whether another process is measuring this environment's baseline right now."""

@@ -114,6 +114,9 @@ def _claim_all(url: str, seed: int, keys: int, budget: int, start_at: float) -> 
                                      ("host-a", seed), budget=(budget, MEASURED))
             if verdict is ClaimVerdict.CLAIMED:
                 won.append(key)
+            # A breath between claims, as a measurement would take: without it the first
+            # process to win SQLite's lock can take all 12 while the others back off.
+            time.sleep(0.02)
     return won
 
 
@@ -159,12 +162,22 @@ def test_two_study_processes_on_one_new_database_share_the_trials_exactly(tmp_pa
         assert proc.returncode == 0, output
         assert "Traceback" not in output and "IntegrityError" not in output, output
     runs = _rows(url, "select role, flags, trial_number from autotune_runs order by id")
+    counted = [role for role, _, _ in runs if role not in ("confirm", "fingerprint")]
+    assert len(counted) == 6, runs  # --trials counts the search's processes, races included
     measured = [json.dumps(json.loads(f) if isinstance(f, str) else f, sort_keys=True)
-                for role, f, _ in runs if role != "confirm"]
-    assert len(measured) == 6, runs
+                for role, f, _ in runs if role in ("baseline", "search", "recommended")]
+    # the space was fitted once, by one process, its compiles outside the trials
+    fits = _rows(url, "select space_fit from autotune_studies")
+    assert len(fits) == 1 and fits[0][0] is not None
+    assert len(_rows(url, "select id from autotune_claims where key = 'fit:space'")) == 1
+    assert all(t is None for role, _, t in runs if role == "fingerprint")
     assert [c for c in Counter(measured).values() if c > 1] == [], measured
+    # one leader, two rounds, no more: its races in the search count as rounds
     confirms = Counter(t for role, _, t in runs if role == "confirm")
-    assert list(confirms.values()) == [2], runs  # one leader, two rounds, no more
+    assert len(confirms) <= 1, runs
+    for trial, made in confirms.items():
+        raced = sum(role == "race" and t == trial for role, _, t in runs)
+        assert made == max(0, 2 - raced), runs
     states = Counter(s for (s,) in _rows(url, "select state from autotune_claims"))
     assert set(states) == {"done"}, states
     assert _rows(url, "select count(*) from trials where state = 'RUNNING'") == [(0,)]

@@ -19,8 +19,10 @@ from autotune.results.ranking import recommend
 from autotune.results.shrink import SHRINK_ROLES
 from autotune.storage import Store
 
+# --no-fit: these tests read the documented space's trials (test_fit_study fits one)
 STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
-         "--steps", "5", "--warmup", "1", "--seed", "3", "--confirm", "0"]
+         "--steps", "5", "--warmup", "1", "--seed", "3", "--confirm", "0", "--no-fit",
+         "--no-racing"]  # racing: tests/test_evidence.py and test_racing_* below
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +135,13 @@ def test_best_ranks_what_the_confirmation_upheld_above_a_lucky_search_trial(tmp_
 
     assert result.exit_code == 0, result.output
     rows = table_rows(result.output)
-    # confirmed first, fastest confirmed first; then the unconfirmed in the search's order
+    # confirmed first, fastest confirmed first; then the unconfirmed in the search's order.
+    # The search column pools every process of the program: the search run and its two
+    # confirmation runs (trial 2: 0.85, 0.90, 0.90 -> x1.111; trial 1: 0.80, 1.0, 1.0 -> x1.000)
     assert [(row[0], row[1], row[3]) for row in rows] == [
         ("baseline", "0", "×1.000 (A/A)"),
-        ("1", "2", "×1.176"),
-        ("2", "1", "×1.250"),
+        ("1", "2", "×1.111 n=3"),
+        ("2", "1", "×1.000 n=3"),
         ("3", "3", "×1.053"),
     ]
     assert rows[1][5].startswith("×1.111 [") and "no measurable gain" not in rows[1][5]
@@ -207,7 +211,7 @@ def test_a_study_whose_flags_never_change_the_program_exports_xlas_defaults(tmp_
     result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul", "--preset",
                     "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", "--trials", "3",
                     "--seed", "1", "--allow-backend-mismatch", "--confirm", "2",
-                    "--confirm-repeats", "2", cwd=tmp_path)
+                    "--confirm-repeats", "2", "--no-fit", cwd=tmp_path)  # fitting drops them all
     assert result.exit_code == 0, result.output
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     tried = [r for r in store.runs("gpu-collectives-matmul-tiny") if r.role is not Role.BASELINE]
@@ -446,7 +450,7 @@ QUICK = ["--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", 
 def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     result = invoke("study", "--space", "cpu", "--script", str(EXAMPLES / "my_step.py"),
                     "--trials", "3", "--confirm", "1", "--confirm-repeats", "2", *QUICK,
-                    cwd=tmp_path)
+                    "--no-fit", "--no-racing", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "confirming the best 1 configurations" in result.output
     stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
@@ -487,8 +491,12 @@ def test_command_example_tunes_end_to_end(tmp_path):
                     f"{sys.executable} {program} --size 64", "--trials", "2", "--confirm", "0",
                     *QUICK, cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_program-tiny")
+    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_program-tiny")
+    runs = [r for r in stored if r.role is not Role.FINGERPRINT]
     assert len(runs) == 2 and all(r.outcome.ok for r in runs)
+    # the space was fitted by compiling through the command too (compile-only jobs)
+    probes = [r for r in stored if r.role is Role.FINGERPRINT]
+    assert probes and all(r.outcome.ok and r.outcome.measurement.fingerprint for r in probes)
 
 
 @pytest.mark.parametrize(
@@ -526,7 +534,8 @@ def test_a_program_measured_already_is_not_timed_again(tmp_path):
     program and only the baseline is timed; the others carry its measurement."""
     result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul",
                     "--preset", "tiny", "--devices", "1", "--trials", "4", "--confirm", "0",
-                    "--steps", "5", "--allow-backend-mismatch", cwd=tmp_path)
+                    "--steps", "5", "--allow-backend-mismatch", "--no-fit",
+                    cwd=tmp_path)  # fitting would drop every flag before a trial
     assert result.exit_code == 0, result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs(
         "gpu-collectives-matmul-tiny")

@@ -57,11 +57,35 @@ def test_a_job_survives_its_json_round_trip():
     ({"schema_version": 1, "memory_budget_bytes": 0}, "job field 'memory_budget_bytes': "
      "expected a positive integer or null, got 0"),
     ({"schema_version": 1, "memory_budget_bytes": 1.5}, "job field 'memory_budget_bytes'"),
+    ({"schema_version": 1, "prune_curve": "1.2"}, "job field 'prune_curve': expected a list of "
+     "positive numbers or nulls, or null, got '1.2'"),
+    ({"schema_version": 1, "prune_curve": {"6": 1.2}}, "job field 'prune_curve': expected a list"),
+    ({"schema_version": 1, "prune_curve": [1.2, -1]}, "job field 'prune_curve[1]': expected a "
+     "positive number or null, got -1"),
+    ({"schema_version": 1, "prune_curve": [None, 0]}, "job field 'prune_curve[1]'"),
+    ({"schema_version": 1, "prune_curve": [True]}, "job field 'prune_curve[0]'"),
+    ({"schema_version": 1, "prune_curve": ["1.2"]}, "job field 'prune_curve[0]'"),
+    ({"schema_version": 1, "prune_curve": [[1.2]]}, "job field 'prune_curve[0]'"),
 ])
 def test_a_bad_job_names_its_field(body, words):
     with pytest.raises(ProtocolError) as info:
         Job.from_json(json.dumps(body))
     assert words in str(info.value)
+
+
+def test_a_jobs_prune_curve_survives_its_round_trip_and_may_be_absent():
+    job = Job(prune_ratio=1.3, prune_curve=(None, None, 1.25, 0.5), compiler_options={})
+    body = json.loads(job.to_json())
+    assert body["prune_curve"] == [None, None, 1.25, 0.5]
+    assert Job.from_json(job.to_json()) == job
+    assert Job.from_json(job.to_json()).prune_curve == (None, None, 1.25, 0.5)
+    assert Job(prune_curve=[1.5, None]).prune_curve == (1.5, None)  # a list is kept as a tuple
+    assert Job.from_json(json.dumps({"schema_version": 1, "steps": 3})).prune_curve is None
+    assert Job.from_json(json.dumps({"schema_version": 1, "prune_curve": None})) == Job()
+    assert Job.from_json(json.dumps({"schema_version": 1, "prune_curve": []})).prune_curve == ()
+    with pytest.raises(ProtocolError, match=r"^job field 'prune_curve\[0\]': expected a positive "
+                                            r"number or null, got nan$"):
+        Job.from_json('{"schema_version": 1, "prune_curve": [NaN]}')
 
 
 def test_the_smallest_values_of_each_bound_are_accepted():

@@ -6,6 +6,7 @@ the code under test.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -78,8 +79,8 @@ class Runs:
             kind: OutcomeKind = OutcomeKind.OK, m: Measurement | None = None,
             environment: Environment | None = None) -> RunRecord:
         number = len(self.runs) if trial is None else trial
-        m = m if m is not None else (measurement(ratio or 1.0) if kind is OutcomeKind.OK
-                                     else None)
+        if m is None and kind is OutcomeKind.OK:  # a program of its own, as in a study
+            m = replace(measurement(ratio or 1.0), fingerprint=f"t{number}")
         run = RunRecord(len(self.runs) + 1, "s", number, role, flags, {},
                         TrialOutcome(kind, "", m), WHEN, environment, ratio)
         self.runs.append(run)
@@ -200,9 +201,11 @@ def study_with_confirmations() -> Runs:
     return s
 
 
-def test_ranked_keeps_the_best_run_of_each_configuration_fastest_first():
+def test_ranked_orders_programs_by_every_observation_pooled():
     runs = study_with_confirmations().runs
-    assert [r.trial_number for r in ranked(runs)] == [1, 2, 3, 4]  # 5 repeats 1; failures out
+    # 2: 0.85 then 0.88 x3 -> 0.88; 3: 0.90 once; 4: 1.20 then 0.95 x3 -> 0.95; 1: 0.80, its
+    # configuration again as trial 5 (0.95), then 1.0 x3 -> 1.0. Failures are out.
+    assert [r.trial_number for r in ranked(runs)] == [2, 3, 4, 1]
 
 
 def test_a_run_that_compiled_to_another_trials_program_is_that_trials_row():
@@ -482,7 +485,8 @@ def memory_study() -> Runs:
     s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=300 * MiB))  # 1
     s.add(Role.SEARCH, {LEVEL: 2}, 0.9, m=measurement(0.9, memory=80 * MiB))  # 2
     s.add(Role.SEARCH, {LEVEL: 1}, 0.95, m=measurement(0.95, memory=200 * MiB))  # 3: dominated
-    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=measurement(0.9, memory=90 * MiB))  # 4: dominated
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=replace(measurement(0.9, memory=90 * MiB),
+                                                    fingerprint="p0.9-4"))  # 4: dominated
     s.add(Role.SEARCH, {LEVEL: 0}, 1.5, m=measurement(1.5, memory=80 * MiB))  # 5: dominated
     return s
 
@@ -613,7 +617,15 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
     assert sorted(real) == sorted(["rank", "trial", "flags_changed", "median_step_s",
                                    "search_speedup", "confirmed_speedup",
                                    "confirmed_interval", "verdict", "recommended",
-                                   "peak_memory_bytes", "same_program"])
+                                   "peak_memory_bytes", "same_program", "observations",
+                                   "pooled_speedup", "pooled_interval", "program_trials"])
+    # trial 2's program: its search run (0.85) and three confirmation runs (0.88) pooled
+    assert real["observations"] == 4 and real["program_trials"] == [2]
+    assert real["pooled_speedup"] == pytest.approx(1 / 0.88)
+    low, high = real["pooled_interval"]  # over the four processes: 0.85 once, 0.88 thrice
+    assert low <= 1 / 0.88 <= high and high <= 1 / 0.85 + 1e-9
+    assert slow["pooled_interval"] is not None and base["pooled_interval"] is None
+    assert base["observations"] is None  # the baseline row is XLA's defaults, not a program
 
 
 def test_a_no_op_row_is_confirmed_at_one_without_an_interval():

@@ -93,8 +93,11 @@ def small_space(tmp_path: Path):
 def study(space, tmp_path: Path, launcher: Launcher, **plan: object) -> tuple[StudyRunner, Store]:
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = Store.open(url)
+    # Racing the leaders re-measures them (tests/test_evidence.py): off here, where what is
+    # counted is the search's own launches, unless a test asks for it.
     settings: dict[str, object] = {"name": "s", "space_name": space.name, "space": space,
-                                   "workload": resolve_benchmark("matmul"), **plan}
+                                   "workload": resolve_benchmark("matmul"), "racing": False,
+                                   **plan}
     return StudyRunner(StudyPlan(**settings), store, launcher, url), store  # type: ignore[arg-type]
 
 
@@ -429,11 +432,15 @@ def test_a_recorded_table_replays_its_repeats_as_noise():
     assert table.meta["repeats"] == 3 and len(table.runs) == table.meta["distinct"] == 288
     launcher = TableLauncher(table, load_catalog(), seed=0)
     flags = {LEVEL: 2, "xla_cpu_use_xnnpack": True}  # xnnpack=true is the default: left out
+    key = config_key({LEVEL: 2})
+    pool = [r for k in table.members(table.programs[key]) for r in table.runs[k]]
     recorded = {round(median(r["step_times_s"]) / median(r["baseline_step_times_s"]), 9)
-                for r in table.runs[config_key({LEVEL: 2})]}
+                for r in pool}
     seen = {round(launcher.launch(request(flags)).measurement.paired_ratio, 9)
-            for _ in range(30)}
-    assert seen == recorded and len(seen) == 3  # every repeat, and nothing else
+            for _ in range(3 * len(pool))}
+    # every repeat of the configuration's program (its own and those of configurations
+    # compiled to the same program), and nothing else
+    assert seen == recorded and len(seen) >= 3
     assert launcher.launch(request({"xla_cpu_enable_fast_min_max": False})).kind \
         is OutcomeKind.CRASHED  # not in the table: said, not raised
 
@@ -530,23 +537,35 @@ def test_a_bad_table_file_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_search_benchmark_prints_its_table():
+def test_the_search_benchmark_prints_its_table_and_json():
+    import json
     import subprocess
     import sys
 
-    result = subprocess.run(
-        [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--report-seeds",
-         "1000-1001", "--trials", "20", "--samplers", "random,auto", "--jobs", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    args = [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--seeds", "2",
+            "--trials", "20", "--samplers", "random,auto", "--jobs", "1"]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert any("within 2% of the best" in line and "flatness" in line for line in lines)
     assert "choose seeds 0-19" in lines[0] and "report seeds 1000-1001" in lines[0]
     rows = [line.split() for line in lines if line.split()[:1] in (["random"], ["auto"])]
-    assert [r[0] for r in rows] == ["random", "auto", "auto"]
-    assert len(rows[0]) == len(rows[1]) == 7 and "inf" not in rows[0] + rows[1]
-    test = lines[lines.index(next(line for line in lines if line.startswith("rank test"))) + 2]
-    assert test.startswith("auto") and test.count("p=") == 4  # to 1%, to 2%, at 20, at 40
+    assert [r[:2] for r in rows] == [["random", "study"], ["auto", "study"],
+                                     ["random", "single"], ["auto", "single"]]
+    assert all(len(r) == 10 for r in rows)  # 4 shares, 4 device-seconds
+    result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    doc = json.loads(result.stdout)
+    entries = doc["tables"][0]["results"]
+    assert [(e["sampler"], e["rule"]) for e in entries] == [
+        ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
+    for entry in entries:
+        assert set(entry) == {"sampler", "rule", "within", "device_seconds"}
+        assert set(entry["within"]) == {"1%", "2%", "5%"}
+        assert set(entry["within"]["2%"]) == {"10", "20", "40", "80"}
+        assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
+        seconds = [entry["device_seconds"][k] for k in ("10", "20")]
+        assert 0 < seconds[0] <= seconds[1]
 
 
 def _efficiency_script():
@@ -594,15 +613,6 @@ def test_the_search_efficiency_benchmark_reports_on_seeds_it_did_not_choose_on(c
         bench.main([str(MLP), "--choose-seeds", "0-19", "--report-seeds", "15-30"])
     assert exit_.value.code == 2
     assert "share 5 seeds (15-19)" in capsys.readouterr().err
-
-
-def test_the_search_efficiency_rank_test_says_which_way():
-    bench = _efficiency_script()
-    a, p = bench.rank_test([1, 2, 3, 4, 5] * 4, [6, 7, 8, 9, 81] * 4)
-    assert a == 1.0 and p < 0.001  # every seed of the sampler beats every one of random's
-    a, p = bench.rank_test([6, 7, 8, 9, 81] * 4, [1, 2, 3, 4, 5] * 4)
-    assert a == 0.0 and p < 0.001
-    assert bench.rank_test([1, 1], [1, 1]) == (0.5, 1.0)  # all tied: no difference
 
 
 class BudgetLauncher(ModelLauncher):

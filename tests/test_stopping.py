@@ -8,9 +8,15 @@ import pytest
 
 from autotune.protocol import PRUNE_AFTER
 from autotune.stopping import (
+    CURVE_MIN_TRIALS,
+    curve_at,
+    curve_verdict,
+    median_curve,
+    prune_curve,
     prune_limit,
     prune_point,
     prune_verdict,
+    running_ratios,
     settled,
     warm_up,
 )
@@ -164,6 +170,100 @@ def test_the_limit_is_the_margin_times_the_best_in_paired_time_only_studies():
     assert prune_limit(1.3, None, paired=True, time_only=True) is None
     assert prune_limit(1.3, 0.8, paired=False, time_only=True) is None
     assert prune_limit(1.3, 0.8, paired=True, time_only=False) is None
+
+
+# --- the median rule: the other trials' curve ---------------------------------------------
+
+
+def steady(ratio: float, pairs: int) -> tuple[list[float], list[float]]:
+    """A trial whose candidate runs `ratio` times the baseline's 1.0 s at every pair."""
+    return [ratio] * pairs, [1.0] * pairs
+
+
+def test_the_running_ratio_after_k_pairs_is_of_the_medians_of_the_first_k():
+    cand = [1.0, 1.0, 1.0, 9.0, 9.0, 9.0, 9.0]
+    assert running_ratios(cand, [1.0] * 7) == [1.0, 1.0, 1.0, 1.0, 1.0, 5.0, 9.0]
+    assert running_ratios([1.0, 3.0, 2.0], [1.0, 1.0, 2.0]) == [1.0, 2.0, 2.0]
+    assert running_ratios([2.0, 2.0, 2.0], [1.0, 1.0]) == [2.0, 2.0]  # pairs only
+    assert running_ratios([], []) == []
+
+
+def test_the_curve_is_the_median_running_ratio_of_the_trials_that_reached_each_k():
+    trials = [steady(r, 8) for r in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    assert CURVE_MIN_TRIALS == 5
+    assert median_curve(trials) == [3.0] * 8
+    trials.append(steady(10.0, 6))  # pruned after 6 pairs: counts up to 6 only
+    trials.append(steady(1.0, 10))  # the only trial past 8 pairs
+    assert median_curve(trials) == [3.0] * 6 + [2.5] * 2 + [None] * 2
+    assert median_curve(trials, min_trials=1) == [3.0] * 6 + [2.5] * 2 + [1.0] * 2
+    assert median_curve(trials[:4]) == [None] * 8  # four trials: no limit anywhere
+    assert median_curve([]) == []
+
+
+def test_the_curve_follows_each_trials_running_ratio_not_its_final_one():
+    rising = ([1.0, 1.0, 1.0, 9.0, 9.0, 9.0, 9.0], [1.0] * 7)  # 1.0 for 5 pairs, then 5, 9
+    assert median_curve([rising] * 5) == [1.0] * 5 + [5.0, 9.0]
+
+
+def test_the_curve_at_k_pairs_is_its_item_k_minus_1_and_none_past_its_end():
+    curve = [None, 1.5, 1.2]
+    assert curve_at(curve, 2) == 1.5 and curve_at(curve, 3) == 1.2
+    assert curve_at(curve, 1) is None and curve_at(curve, 4) is None
+    assert curve_at(curve, 0) is None and curve_at(None, 2) is None
+
+
+def test_a_candidate_above_the_other_trials_median_stops_after_enough_pairs():
+    cand, base = steady(1.2, 6)
+    curve = [1.1] * 6
+    why = curve_verdict(cand, base, curve, after=6)
+    assert why == ("stopped after 6 paired steps: 1.200x the baseline's step time, above "
+                   "1.100, the other trials' median after 6 steps")
+    assert curve_verdict(cand[:5], base[:5], curve, after=5) is not None
+    assert curve_verdict(cand[:5], base[:5], curve, after=6) is None  # too early to judge
+    assert curve_verdict(cand, base, [1.2] * 6, after=6) is None  # at the median is not above
+    assert curve_verdict(cand, base, [1.1] * 5 + [None], after=6) is None  # no limit at 6
+    assert curve_verdict(cand, base, [1.1] * 5, after=6) is None  # the curve ends before 6
+    assert curve_verdict(cand, base, None, after=6) is None
+
+
+def test_the_curve_rules_where_it_has_a_value_else_the_margin_and_the_message_says_which():
+    cand, base = steady(1.2, 6)
+    by_curve = prune_verdict(cand, base, 1.3, 6, curve=[1.1] * 6)  # within the margin
+    assert by_curve is not None and "the other trials' median after 6 steps" in by_curve
+    assert prune_verdict(cand, base, None, 6, curve=[1.1] * 6) == by_curve
+    assert prune_verdict(cand, base, 1.15, 6, curve=[1.1] * 6) == by_curve
+    # where the curve has a value it alone decides: the margin does not add its losses
+    assert prune_verdict(cand, base, 1.15, 6, curve=[1.3] * 6) is None
+    by_margin = prune_verdict(cand, base, 1.15, 6, curve=[1.3] * 5 + [None])  # no value at 6
+    assert by_margin is not None and "above the 1.150 limit" in by_margin
+    assert prune_verdict(cand, base, 1.3, 6, curve=[1.3] * 6) is None  # neither
+    assert prune_verdict(cand, base, 1.3, 6) is None  # no curve: the margin rule alone
+    assert prune_verdict(cand[:5], base[:5], 1.0, 6, curve=[1.0] * 6) is None
+
+
+def test_prune_point_replays_both_rules_pair_by_pair():
+    base = [1.0] * 12
+    cand = [1.0] * 6 + [1.5] * 6  # running ratio 1.0 up to 11 pairs, 1.25 at 12
+    assert prune_point(cand, base, 1.3, PRUNE_AFTER) is None  # the margin alone never stops it
+    # its lowest running ratio so far (1.0) stays under the curve: late slow steps do not prune
+    assert prune_point(cand, base, 1.3, PRUNE_AFTER, curve=[1.2] * 12) is None
+    assert prune_point([1.3] * 12, base, 1.5, PRUNE_AFTER, curve=[1.2] * 12) == PRUNE_AFTER
+    assert prune_point(cand, base, 1.3, PRUNE_AFTER, curve=[1.2] * 11 + [None]) is None
+    assert prune_point(cand, base, None, PRUNE_AFTER, curve=[0.9] * 12) == PRUNE_AFTER
+    assert prune_point(cand, base, None, PRUNE_AFTER, curve=[None] * 8 + [0.9] * 4) == 9
+    slow = [2.0] * 12
+    assert prune_point(slow, base, 1.3, PRUNE_AFTER, curve=[None] * 12) == PRUNE_AFTER
+    assert prune_point(slow, base, None, PRUNE_AFTER, curve=[None] * 12) is None
+
+
+def test_a_search_trial_carries_a_curve_only_when_pruning_applies_and_enough_trials_ran():
+    five = [steady(r, 6) for r in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    assert prune_curve(1.3, five, paired=True, time_only=True) == [3.0] * 6
+    assert prune_curve(1.3, five[:4], paired=True, time_only=True) is None  # no limit anywhere
+    assert prune_curve(1.3, [], paired=True, time_only=True) is None
+    assert prune_curve(None, five, paired=True, time_only=True) is None  # --no-prune
+    assert prune_curve(1.3, five, paired=False, time_only=True) is None
+    assert prune_curve(1.3, five, paired=True, time_only=False) is None
 
 
 def test_a_footprint_above_the_budget_is_not_timed_and_one_at_it_is():

@@ -34,6 +34,7 @@ from autotune import _resources
 from autotune._resources import data_dir
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.records import (
+    CollectiveStats,
     Environment,
     Measurement,
     MeasureMode,
@@ -83,6 +84,9 @@ FULL = Measurement(
     abs_sum=4567.25,
     numerics_error=1.5e-6,
     same_program_as=3,
+    collectives={"all-reduce": CollectiveStats(count=2, bytes=4096, loop_count=1,
+                                               loop_bytes=1024, smallest_bytes=4,
+                                               largest_bytes=3072)},
 )
 OK = TrialOutcome(
     OutcomeKind.OK, "ok", FULL, duration_s=9.5, exit_code=0, stdout_tail="out", stderr_tail="err"
@@ -258,6 +262,41 @@ def test_upgrade_from_0004_keeps_claims_without_a_heartbeat_and_indexes_reads(ur
     assert {"ix_autotune_runs_study_id_role", "ix_autotune_claims_state_study_id"} <= indexes
 
 
+def test_upgrade_from_0005_keeps_studies_and_runs_without_a_fit(url: str) -> None:
+    """A study stored before fitting existed: no fit, runs without collectives, a plan
+    without `fit`, which resumes as the default (fitting on) asks and takes a fit."""
+    command.upgrade(_alembic_config(url), "0005")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO autotune_studies (name, space, benchmark, preset, devices, mode, "
+            "created_at, objectives, claims_made, plan) VALUES ('old', 'cpu', 'matmul', "
+            "'tiny', 1, 'paired', '2026-01-01', 'time', 0, :plan)"), {"plan": '{"steps": 20}'})
+        conn.execute(text(
+            "INSERT INTO autotune_runs (study_id, trial_number, role, flags, env, kind, "
+            "message, duration_s, mode, compile_time_s, step_times, baseline_step_times, "
+            "extras, hlo_stats, stdout_tail, stderr_tail, created_at) SELECT id, 0, "
+            "'baseline', '{}', '{}', 'ok', '', 1.0, 'paired', 0.5, '[0.1]', '[0.1]', "
+            "'{\"warmup_steps\": 2}', '{}', '', '', :now FROM autotune_studies"),
+            {"now": datetime.now(UTC).replace(tzinfo=None)})
+    engine.dispose()
+    with Store.open(url) as store:
+        assert store.current_revision() == HEAD_REVISION
+        assert store.get_study("old").space_fit is None
+        (run,) = store.runs("old")
+        assert run.outcome.measurement is not None
+        assert run.outcome.measurement.collectives is None
+        assert run.outcome.measurement.warmup_steps == 2
+        store.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired",
+                           plan={"steps": 20, "fit": True})
+        with pytest.raises(StudyMismatchError, match="fit True \\(asked for False\\)"):
+            store.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired",
+                               plan={"steps": 20, "fit": False})
+        assert store.save_fit("old", {"schema_version": 1, "changes": []}) is True
+        assert store.save_fit("old", {"schema_version": 1, "probes": 9}) is False  # first wins
+        assert store.get_study("old").space_fit == {"schema_version": 1, "changes": []}
+
+
 def test_resuming_with_other_objectives_is_refused(sqlite_url: str) -> None:
     with Store.open(sqlite_url) as store:
         store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired", objectives=("time",))
@@ -384,6 +423,9 @@ FULL_READ_BACK = {
     "abs_sum": 4567.25,
     "numerics_error": 1.5e-6,
     "same_program_as": 3,
+    "collectives": {"all-reduce": CollectiveStats(count=2, bytes=4096, loop_count=1,
+                                                  loop_bytes=1024, smallest_bytes=4,
+                                                  largest_bytes=3072)},
 }
 
 

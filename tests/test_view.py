@@ -20,6 +20,7 @@ from autotune.records import (
     StudyRecord,
     WorkerRecord,
 )
+from autotune.results.fitted import with_fit
 from autotune.results.ranking import best_row_json, best_rows
 from autotune.results.view import (
     best_so_far,
@@ -54,7 +55,7 @@ def worker(host: str, pid: int, done: int, running: int, interrupted: int, live:
 def test_the_best_key_is_exactly_best_format_json():
     runs = tiered_study().runs
     page = study_page(record(), runs, CATALOG)
-    expected = [best_row_json(r) for r in best_rows(runs, CATALOG)]
+    expected = with_fit([best_row_json(r) for r in best_rows(runs, CATALOG)], record())
     assert page["best"] == expected
     assert [row["trial"] for row in page["best"]] == [0, 2, 3, 4, 7, 1, 5, 6]
 
@@ -251,8 +252,8 @@ def test_the_recommendation_holds_exactly_these_keys():
         "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
                   "processes; the numerics guard passed"}
     assert sorted(page) == ["best", "best_so_far", "contributions", "failures", "notes",
-                            "programs", "progress", "recommendation", "scatter", "study",
-                            "summary"]
+                            "programs", "progress", "recommendation", "scatter", "space_fit",
+                            "study", "summary"]
     assert page["study"] == HEADER and page["summary"]["trials"] == 8
     assert page["notes"][0] == {"kind": "outcomes",
                                 "text": "runs by outcome: numerics_mismatch: 1, ok: 23"}

@@ -23,6 +23,14 @@ def hlo_stats(compiled: Any) -> dict[str, int]:
     return stats
 
 
+def collectives(compiled: Any) -> dict[str, dict[str, int]]:
+    """The collectives of the optimised HLO per kind (`autotune.collectives`), as the
+    result document holds them."""
+    from autotune.collectives import collective_profile, profile_json
+
+    return profile_json(collective_profile(compiled.as_text() or ""))
+
+
 def program_fingerprint(dump_dir: str | None) -> str | None:
     """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
 

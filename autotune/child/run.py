@@ -16,7 +16,13 @@ from typing import Any
 
 from autotune.bench import Workload
 from autotune.child.failure import Failure, classified
-from autotune.child.program import hlo_stats, memory_figures, program_bytes, program_fingerprint
+from autotune.child.program import (
+    collectives,
+    hlo_stats,
+    memory_figures,
+    program_bytes,
+    program_fingerprint,
+)
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import build_workload
 from autotune.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
@@ -56,6 +62,7 @@ def measure(work: Workload, job: Job) -> dict[str, Any]:
     elif Phase.MEASURE in job.phases:
         result.update(_timed(lowered, cand, work.args, job))
     result["hlo_stats"] = hlo_stats(cand)
+    result["collectives"] = collectives(cand)
     result.update(memory_figures(cand, direct=not job.paired))
     return result
 

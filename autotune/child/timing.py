@@ -83,7 +83,8 @@ def time_direct(compiled: Any, args: tuple[Any, ...], job: Job) -> dict[str, Any
 def time_paired(base: Any, cand: Any, args: tuple[Any, ...], job: Job) -> dict[str, Any]:
     """Warm up both until settled, then alternate their steps in A B B A order to cancel drift.
 
-    Stops early with status `pruned` when `autotune.stopping.prune_verdict` says so.
+    Stops early with status `pruned` when `autotune.stopping.prune_verdict` says so after
+    a pair: the margin rule (`job.prune_ratio`) or the median rule (`job.prune_curve`).
     """
     first, out = run_once(cand, args)
     base_first, base_out = run_once(base, args)
@@ -95,7 +96,8 @@ def time_paired(base: Any, cand: Any, args: tuple[Any, ...], job: Job) -> dict[s
         order = ((base, base_times), (cand, cand_times))
         for exe, sink in order if i % 2 == 0 else reversed(order):
             sink.append(run_once(exe, args)[0])
-        if why := prune_verdict(cand_times, base_times, job.prune_ratio, job.prune_after):
+        if why := prune_verdict(cand_times, base_times, job.prune_ratio, job.prune_after,
+                                job.prune_curve):
             pruned = {"status": "pruned", "message": why}
             break
     return {

@@ -30,6 +30,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     from rich.table import Table
 
     from autotune.flags.catalog import load_catalog
+    from autotune.results.fitted import with_fit
     from autotune.results.notes import study_notes
     from autotune.results.ranking import (
         best_row_json,
@@ -45,7 +46,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
                      objectives=record.objectives, order=order)
     if fmt == OutputFormat.JSON:
-        print_json([best_row_json(row) for row in rows])
+        print_json(with_fit([best_row_json(row) for row in rows], record))
         return
     rec = recommend(runs, record.objectives, record.memory_budget_bytes, order=order)
     out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
@@ -55,27 +56,44 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
                         f"({literal(record.preset)}) on {literal(record.space)}",
                   width=TABLE_WIDTH)
     for col, least in (("rank", 8), ("trial", 5), ("median step", 8), ("search speedup", 8),
-                       ("peak memory", 8)):
+                       ("peak memory", 8)):  # search speedup: pooled over n processes
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
     for row in rows:
         table.add_row(
             "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
             f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
-            (f"×{row.speedup:.3f}" if row.speedup else "-") + (" (A/A)" if row.rank is None
-                                                                else ""),
+            _search_figure(row),
             fmt_bytes(row.peak_memory_bytes),
             "" if row.rank is None else verdict_text(row.confirmation)
             + (" (recommended)" if row.recommended else ""),
         )
     out.print(table)
     _print_flags([(f"#{row.rank} (trial {row.run.trial_number}"
-                   + (", the baseline's program)" if row.same_program else ")"), row.changed)
+                   + (", the baseline's program" if row.same_program else "")
+                   + _program_trials(row) + ")", row.changed)
                   for row in rows if row.rank is not None])
     if record.multi_objective:
         _print_pareto(record, runs)
     for note in study_notes(record, runs, rows):
         out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
+
+
+def _search_figure(row: Any) -> str:
+    """The search's speedup: the baseline's A/A figure, a program's pooled figure over its
+    `n` processes (`results.evidence`), or the one run's."""
+    if row.rank is None:
+        return f"×{row.speedup:.3f} (A/A)" if row.speedup else "-"
+    program = row.program
+    if program is not None and program.n > 1:
+        return f"×{1 / program.ratio:.3f} n={program.n}"
+    return f"×{row.speedup:.3f}" if row.speedup else "-"
+
+
+def _program_trials(row: Any) -> str:
+    """', also trials 7, 12' when other trials' configurations compiled to the row's program."""
+    others = [n for n in (row.program.trials if row.program else []) if n != row.run.trial_number]
+    return f"; same program: trials {', '.join(map(str, others))}" if others else ""
 
 
 def _print_pareto(record: Any, runs: list[Any]) -> None:

@@ -66,6 +66,12 @@ def study(
              "matter (compile without each, then time without each; paired mode).")] = True,
     trial_memory_limit: Annotated[str | None, typer.Option(
         help="Address-space limit of each trial process, e.g. 16GiB (default: none).")] = None,
+    fit: Annotated[bool, typer.Option(
+        help="Fit the space to the workload after its baseline: drop flags that cannot act "
+             "on its program, clip thresholds to its collectives' sizes (see `best`).")] = True,
+    racing: Annotated[bool, typer.Option(
+        help="Measure the search's leader again until 3 processes back it, before sampling "
+             "more (counted in --trials; paired mode, time objective).")] = True,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     from autotune.api import plan_study
@@ -81,7 +87,7 @@ def study(
             devices=devices, steps=steps, warmup=warmup, max_warmup=max_warmup, mode=mode,
             drop_unknown=drop_unknown, allow_backend_mismatch=allow_backend_mismatch,
             prune_margin=prune_margin if prune else None,
-            trial_memory_limit=trial_memory_limit)
+            trial_memory_limit=trial_memory_limit, fit=fit, racing=racing)
     _print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
@@ -151,6 +157,7 @@ def _run_with_progress(runner: Any, plan: Any) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     runner.prepare()
+    runner.on_fit = _print_fit
     remaining = runner.remaining()
     if remaining == 0:
         out.print(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
@@ -177,6 +184,14 @@ def _run_with_progress(runner: Any, plan: Any) -> None:
         summary = runner.run(on_trial=lambda ev: progress.update(
             task, advance=1, best=_best_text(ev), last=_last_text(ev)))
     _print_summary(summary)
+
+
+def _print_fit(fit: Any) -> None:
+    """One line when the space is fitted to the workload (`best` lists each change)."""
+    from autotune.results.fitted import summary_text
+
+    out.print(literal(summary_text(fit)) + ("; `autotune best` says why" if fit.changes
+                                            else ""), highlight=False)
 
 
 def _print_summary(summary: Any) -> None:

@@ -71,9 +71,14 @@ class Confirmation:
 NUMERICS_KINDS = frozenset({OutcomeKind.NUMERICS_MISMATCH, OutcomeKind.NONFINITE})
 
 
+#: Fresh-process re-measurements of a configuration: confirmation rounds, and the racing
+#: of the search's leaders (`autotune.results.evidence`), which confirmation starts from.
+REMEASURE_ROLES = frozenset({Role.CONFIRM, Role.RACE})
+
+
 def confirm_runs(runs: list[RunRecord], trial_number: int | None) -> list[RunRecord]:
-    """The CONFIRM runs of one configuration, in the order they ran."""
-    return [r for r in runs if r.role is Role.CONFIRM and r.trial_number == trial_number]
+    """The re-measurements (`REMEASURE_ROLES`) of one configuration, in the order they ran."""
+    return [r for r in runs if r.role in REMEASURE_ROLES and r.trial_number == trial_number]
 
 
 def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | None:
@@ -83,7 +88,7 @@ def confirmation(runs: list[RunRecord], source: RunRecord) -> Confirmation | Non
 
 
 class Confirmations:
-    """A study's CONFIRM runs by trial number, gathered in one pass over its runs.
+    """A study's re-measurements (`REMEASURE_ROLES`) by trial number, in one pass over its runs.
 
     `of_run(source)` is `confirmation(runs, source)`; a caller that asks for
     many configurations (every ranked row) reads the runs once instead of
@@ -101,7 +106,7 @@ class Confirmations:
         """The confirmation runs of `runs`, in the order they ran."""
         by_trial: dict[int | None, list[RunRecord]] = {}
         for run in runs:
-            if run.role is Role.CONFIRM:
+            if run.role in REMEASURE_ROLES:
                 by_trial.setdefault(run.trial_number, []).append(run)
         return cls(by_trial, baseline_trial(runs))
 

@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.records import RunRecord, StudyRecord
+from autotune.results.evidence import BACKED_BY, incumbent, pooled
+from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.ranking import (
     BestRow,
     measured_backend,
     measured_elsewhere,
     outcome_counts,
     over_budget,
+    within_budget,
 )
 
 
@@ -43,9 +46,39 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
     sources = sorted({r.outcome.measurement.memory_source for r in runs
                       if r.outcome.measurement is not None})
     notes.append(Note("memory_source", f"peak memory from: {', '.join(sources) or '-'}"))
-    notes += [n for n in (budget_note(record, runs), noise_note(rows),
-                          backend_note(record, runs)) if n is not None]
-    return notes
+    notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
+                          noise_note(rows), backend_note(record, runs)) if n is not None]
+    return notes + fit_notes(record)
+
+
+def fit_notes(record: StudyRecord) -> list[Note]:
+    """What fitting the search space to the workload did (kind `space_fitted`): one
+    sentence in all, then one per param dropped or clipped with the reason; none when
+    the study has no fit (`--no-fit`, or made before fitting existed)."""
+    fit = fit_of(record)
+    if fit is None:
+        return []
+    return [Note("space_fitted", summary_text(fit)),
+            *(Note("space_fitted", change_text(change)) for change in fit.changes)]
+
+
+def incumbent_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
+    """The search's incumbent by evidence pooled per program (`results.evidence`), with
+    its interval over every process that timed it; None when nothing was timed."""
+    found = pooled(list(runs), lambda r: within_budget(r, record.memory_budget_bytes))
+    if not found:
+        return None
+    best = incumbent(found)
+    if best is None:
+        return Note("incumbent", f"search incumbent: XLA's defaults (no program backed by "
+                    f"{BACKED_BY} processes measured faster than them)")
+    estimate = best.estimate()
+    interval = ""
+    if estimate is not None:
+        low, high = estimate.speedup_interval
+        interval = f" [{low:.3f}, {high:.3f}]"
+    return Note("incumbent", f"search incumbent: trial {best.first.trial_number}'s program, "
+                f"×{1 / best.ratio:.3f}{interval} pooled over {best.n} processes")
 
 
 def budget_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:

@@ -14,6 +14,7 @@ from typing import Any
 from autotune.flags.compose import config_key, effective_config
 from autotune.records import FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation, Confirmations
+from autotune.results.evidence import ProgramEvidence, pooled
 
 #: A study's configurations best first, each with its confirmation (see `ordered`).
 Order = list[tuple[RunRecord, Confirmation | None]]
@@ -50,6 +51,7 @@ class BestRow:
     changed: Mapping[str, FlagValue]
     confirmation: Confirmation | None = None
     recommended: bool = False
+    program: ProgramEvidence | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -91,19 +93,22 @@ def changed_flags(flags: Mapping[str, FlagValue], catalog: Any) -> dict[str, Fla
 
 
 def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
-    """Successful search, recommended and confirm runs, fastest first; one (the best) per
-    distinct configuration.
+    """One run per compiled program, best pooled estimate first (`results.evidence`).
 
-    With a memory budget, configurations whose peak memory exceeds it are left out:
-    they are infeasible, never a winner. A run that compiled to a program another
-    trial measured (`same_program_as`) is that trial's row, not one of its own.
+    Every timed observation of a program (search, racing, confirmation, any
+    configuration compiled to it) counts toward its estimate; its row is the
+    run that first timed it. A run that compiled to a program another trial
+    timed (`same_program_as`) is that program's configuration, not a row. With
+    a memory budget, runs whose peak memory exceeds it are left out: they are
+    infeasible, never a winner.
     """
-    candidates = [r for r in runs if r.outcome.ok and r.ratio and r.role in RANKED_ROLES
-                  and within_budget(r, memory_budget) and not _measured_elsewhere(r)]
-    best: dict[str, RunRecord] = {}
-    for run in sorted(candidates, key=lambda r: (r.ratio, r.id)):
-        best.setdefault(config_key(run.flags), run)
-    return list(best.values())
+    return [p.first for p in programs(runs, memory_budget)]
+
+
+def programs(runs: list[RunRecord], memory_budget: int | None = None) -> list[ProgramEvidence]:
+    """`evidence.pooled` of the runs within `memory_budget`, XLA's default program included
+    (a configuration that compiled to it and was timed is a row too)."""
+    return pooled(runs, lambda r: within_budget(r, memory_budget), defaults=True)
 
 
 def _measured_elsewhere(run: RunRecord) -> bool:
@@ -324,9 +329,11 @@ def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
     if order is None:
         order = ordered(runs, objectives, memory_budget)
     chosen = recommend(runs, objectives, memory_budget, order=order).run
+    evidence = {p.first.id: p for p in programs(runs, memory_budget)}
     for rank, (run, conf) in enumerate(order[:limit], start=1):
         rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf,
-                            recommended=chosen is not None and chosen.id == run.id))
+                            recommended=chosen is not None and chosen.id == run.id,
+                            program=evidence.get(run.id)))
     return rows
 
 
@@ -393,7 +400,11 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
     `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
     not confirmed), `recommended` (the one configuration autotune recommends over
-    XLA's defaults), `peak_memory_bytes` and `same_program` (as the baseline's).
+    XLA's defaults), `peak_memory_bytes` and `same_program` (as the baseline's);
+    the row's program (`results.evidence`): `observations` (processes that timed
+    it), `pooled_speedup` (all of them pooled) with `pooled_interval` (the
+    bootstrap over them; None below two PAIRED processes) and `program_trials`
+    (the trials whose configurations compiled to it).
     """
     c = row.confirmation
     estimate = c.estimate if c is not None else None
@@ -405,4 +416,14 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
         "verdict": c.verdict() if c is not None else None,
         "recommended": row.recommended,
         "peak_memory_bytes": row.peak_memory_bytes, "same_program": row.same_program,
+        "observations": row.program.n if row.program else None,
+        "pooled_speedup": 1 / row.program.ratio if row.program else None,
+        "pooled_interval": _pooled_interval(row.program),
+        "program_trials": row.program.trials if row.program else None,
     }
+
+
+def _pooled_interval(program: ProgramEvidence | None) -> list[float] | None:
+    """The speedup interval over every process of the program, None below two."""
+    estimate = program.estimate() if program is not None and program.n > 1 else None
+    return list(estimate.speedup_interval) if estimate is not None else None

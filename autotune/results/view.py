@@ -26,6 +26,7 @@ from autotune.records import (
     WorkerRecord,
 )
 from autotune.results.confirmation import confirmation
+from autotune.results.fitted import fit_json, with_fit
 from autotune.results.notes import study_notes
 from autotune.results.ranking import (
     RANKED_ROLES,
@@ -262,7 +263,9 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
     `best` (exactly `best --format json` for the same `limit`), `programs`
     (for each row's trial, the other trials of its program: see
     `program_groups`), `notes` ({kind, text}), `best_so_far`,
-    `scatter`, `contributions`, `failures`, `progress`.
+    `scatter`, `contributions`, `failures`, `progress`, `space_fit` (what fitting the
+    search space to the workload dropped or clipped and why, `results.fitted.fit_json`;
+    None when the study has no fit).
     """
     order = ordered(runs, record.objectives, record.memory_budget_bytes)
     rows = best_rows(runs, catalog, limit=limit, memory_budget=record.memory_budget_bytes,
@@ -272,7 +275,7 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         "study": study_header(record),
         "summary": study_summary(record, runs, workers, order),
         "recommendation": recommendation_view(rec, state, catalog),
-        "best": [best_row_json(row) for row in rows],
+        "best": with_fit([best_row_json(row) for row in rows], record),
         "programs": program_groups(runs, [row.run.trial_number for row in rows]),
         "notes": [{"kind": n.kind, "text": n.text} for n in study_notes(record, runs, rows)],
         "best_so_far": best_so_far(runs),
@@ -280,6 +283,7 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         "contributions": contributions(rec, state),
         "failures": failures(runs),
         "progress": progress(runs, workers),
+        "space_fit": fit_json(record),
     }
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from autotune.collectives import profile_from_json, profile_json
 from autotune.records import (
     ClaimRecord,
     ClaimState,
@@ -166,9 +167,14 @@ class StudyRow(Base):
     memory_budget_bytes: Mapped[int | None] = mapped_column(BigInteger)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     claims_made: Mapped[int] = mapped_column(Integer, server_default="0")
+    # The space fitted to the workload (`autotune.spaces.fit`), stored once (`Store.save_fit`).
+    space_fit: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     SETTINGS: ClassVar[tuple[str, ...]] = ("space", "benchmark", "preset", "devices", "mode",
                                            "objectives", "memory_budget_bytes")
+    #: Plan fields added after plans were first stored, with the value a re-run that does
+    #: not name them asks for: a plan stored before one existed compares as if it held this.
+    PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True}
 
     def differences(self, other: StudyRow) -> list[str]:
         """`setting mine (asked for other's)` for each setting in which the two studies differ.
@@ -179,8 +185,8 @@ class StudyRow(Base):
         mine = {key: getattr(self, key) for key in self.SETTINGS}
         theirs = {key: getattr(other, key) for key in self.SETTINGS}
         if self.plan is not None and other.plan is not None:
-            mine.update(self.plan)
-            theirs.update(other.plan)
+            mine.update({**self.PLAN_DEFAULTS, **self.plan})
+            theirs.update({**self.PLAN_DEFAULTS, **other.plan})
         return [f"{key} {mine.get(key)!r} (asked for {theirs.get(key)!r})"
                 for key in dict.fromkeys([*mine, *theirs]) if mine.get(key) != theirs.get(key)]
 
@@ -197,6 +203,7 @@ class StudyRow(Base):
             space_backend=self.space_backend,
             objectives=tuple(self.objectives.split(",")),
             memory_budget_bytes=self.memory_budget_bytes,
+            space_fit=self.space_fit,
         )
 
 
@@ -378,14 +385,18 @@ class ClaimRow(Base):
 
 
 _EXTRAS = ("warmup_steps", "warmup_settled", "warmup_times_s", "baseline_warmup_times_s",
-           "output_dtype", "abs_sum", "numerics_error", "same_program_as")
+           "output_dtype", "abs_sum", "numerics_error", "same_program_as", "collectives")
 
 
 def _extras_fields(extras: dict[str, Any]) -> dict[str, Any]:
+    """Measurement fields from the `extras` column; a key a run stored before the field
+    existed is absent, and the field keeps its default."""
     fields = {k: extras[k] for k in _EXTRAS if k in extras}
     for key in ("warmup_times_s", "baseline_warmup_times_s"):
         if key in fields:
             fields[key] = tuple(fields[key])
+    if "collectives" in fields:
+        fields["collectives"] = profile_from_json(fields["collectives"])
     return fields
 
 
@@ -393,6 +404,10 @@ def _extras_column(m: Measurement) -> dict[str, Any]:
     extras = {k: getattr(m, k) for k in _EXTRAS}
     for key in ("warmup_times_s", "baseline_warmup_times_s"):
         extras[key] = list(extras[key])
+    if m.collectives is None:
+        del extras["collectives"]
+    else:
+        extras["collectives"] = profile_json(m.collectives)
     return extras
 
 

@@ -75,7 +75,7 @@ from autotune.storage.models import (
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 SQLITE_TIMEOUT_S = 30.0
@@ -533,6 +533,24 @@ class Store:
             names = session.scalars(select(StudyRow.name).order_by(StudyRow.name)).all()
             raise StudyNotFoundError(_study_not_found(name, self._shown, names))
         return row
+
+    def save_fit(self, study_name: str, fit: Mapping[str, Any]) -> bool:
+        """Store the study's fitted space (a JSON-ready document) unless one is stored.
+
+        One `UPDATE ... WHERE space_fit IS NULL`: of several processes that
+        fit the same study, the first to store wins and every one then reads
+        that fit back (`get_study(...).space_fit`). Returns True when this call
+        stored it.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            done = session.execute(update(StudyRow).where(
+                StudyRow.id == study.id, StudyRow.space_fit.is_(None)).values(
+                space_fit=dict(fit)).execution_options(synchronize_session=False))
+            return bool(getattr(done, "rowcount", 0))
 
     def list_studies(self) -> list[StudyRecord]:
         """Every study, oldest first."""

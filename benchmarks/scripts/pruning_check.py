@@ -6,9 +6,16 @@ Replays the recorded step times of a table (`benchmarks/tables/`) in seeded
 random orders, as a random search would meet them, and applies each rule to
 every configuration's paired steps as they come in:
 
-- `margin M`: autotune's rule (`autotune.bench`, run in the trial child):
-  after 6 pairs, stop once the candidate/baseline ratio of medians exceeds
-  M times the best ratio measured so far;
+- `margin M`: autotune's margin rule (`autotune.stopping`, run in the trial
+  child): after 6 pairs, stop once the candidate/baseline ratio of medians
+  exceeds M times the best ratio measured so far;
+- `child median`: autotune's median rule alone (`autotune.stopping.median_curve`):
+  after 6 pairs, stop once the candidate's lowest running ratio so far
+  exceeds the median running ratio after k pairs of the configurations met
+  so far (pruned ones up to where they stopped), once 5 of them reached k
+  pairs;
+- `median, else 1.3`: as a study runs by default: the median rule where the
+  curve has a value after k pairs, else the margin 1.3 (the first trials);
 - `optuna median`: Optuna's MedianPruner on the running ratio reported as
   intermediate values (5 startup trials, 5 warm-up steps);
 - `optuna percentile 25`: PercentilePruner(25), the same reporting.
@@ -22,6 +29,7 @@ relative to the table's best (1.000: nothing lost).
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -29,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.protocol import PRUNE_AFTER
-from autotune.stopping import prune_point
+from autotune.stopping import curve_of_ratios, prune_point, running_ratios
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
@@ -42,10 +50,28 @@ def running_ratio(cand: Sequence[float], base: Sequence[float], k: int) -> float
 
 def margin_rule(margin: float) -> Callable[[Any], Callable[[list[float], list[float], float],
                                                               int | None]]:
-    """autotune's rule: the step at which a trial stops, or None."""
+    """autotune's margin rule: the step at which a trial stops, or None (no best yet: None)."""
     def make(_study: Any) -> Callable[[list[float], list[float], float], int | None]:
         def stop(cand: list[float], base: list[float], best: float) -> int | None:
+            if not math.isfinite(best):
+                return None
             return prune_point(cand, base, margin * best, AFTER)
+        return stop
+    return make
+
+
+def curve_rule(margin: float | None) -> Callable[[Any], Callable[[list[float], list[float],
+                                                                   float], int | None]]:
+    """autotune's median rule (with the margin rule too when `margin` is given), its curve
+    built from every configuration met so far, as `StudyRunner` builds it."""
+    def make(_study: Any) -> Callable[[list[float], list[float], float], int | None]:
+        seen: list[list[float]] = []  # each configuration's running ratios, as far as it ran
+
+        def stop(cand: list[float], base: list[float], best: float) -> int | None:
+            limit = margin * best if margin is not None and math.isfinite(best) else None
+            at = prune_point(cand, base, limit, AFTER, curve_of_ratios(seen))
+            seen.append(running_ratios(cand, base)[:at])
+            return at
         return stop
     return make
 
@@ -57,6 +83,8 @@ def optuna_rule(pruner: Any) -> Callable[[Any], Callable[[list[float], list[floa
         study.pruner = pruner
 
         def stop(cand: list[float], base: list[float], best: float) -> int | None:
+            if not math.isfinite(best):
+                return None  # the first configuration is not told (as before)
             trial = study.ask()
             for k in range(1, len(cand) + 1):
                 trial.report(running_ratio(cand, base, k), k)
@@ -91,7 +119,7 @@ def simulate(table: Any, rule: Any, seed: int) -> tuple[int, int, int, float]:
         rec = rng.choice([r for r in table.runs[key] if r.get("status") == "ok"])
         cand, base = rec["step_times_s"], rec["baseline_step_times_s"]
         total += len(cand)
-        at = stop(cand, base, best_seen) if best_seen < float("inf") else None
+        at = stop(cand, base, best_seen)  # best_seen is inf for the first configuration
         if at is not None:
             run += at
             good_lost += ratios[key] <= best_true * 1.02
@@ -115,6 +143,7 @@ def main() -> None:
     rules = {
         "margin 1.1": margin_rule(1.1), "margin 1.2": margin_rule(1.2),
         "margin 1.3": margin_rule(1.3),
+        "child median": curve_rule(None), "median, else 1.3": curve_rule(1.3),
         "optuna median": optuna_rule(optuna.pruners.MedianPruner(5, AFTER)),
         "optuna percentile 25": optuna_rule(optuna.pruners.PercentilePruner(25.0, 5, AFTER)),
     }

@@ -57,37 +57,39 @@ take twice that, hence 100.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
-CHECKPOINTS = (20, 40, 80)
+CHECKPOINTS = (10, 20, 40, 80)
+RULES = ("study", "single")
 WITHIN = (0.01, 0.02, 0.05)
 CHOOSE_SEEDS = "0-19"
 REPORT_SEEDS = "1000-1099"
 DEFAULT_NOTE = " (100, not 200: 200 would take about an hour on 2 cores)"
-#: The figures the rank test compares: ("to", within) or ("at", trials).
-TESTED = (("to", 0.01), ("to", 0.02), ("at", 20), ("at", 40))
-SIGNIFICANT = 0.05
 
 
 @dataclass
 class Trace:
-    """The incumbent's true ratio after each launched trial of one seeded study."""
+    """One seeded study: after each timed process, the incumbent's true ratio and the
+    device-seconds spent so far (every compile and every timed process)."""
 
     true_ratios: list[float]
+    device_seconds: list[float] = field(default_factory=list)
 
     def trials_to(self, target: float) -> float:
-        """First trial count at which the incumbent is within `target`, else infinity."""
+        """First count of timed processes at which the incumbent is within `target`, else
+        infinity."""
         for n, ratio in enumerate(self.true_ratios, start=1):
             if ratio <= target:
                 return n
@@ -95,6 +97,9 @@ class Trace:
 
     def at(self, n: int) -> float:
         return self.true_ratios[min(n, len(self.true_ratios)) - 1]
+
+    def seconds_at(self, n: int) -> float:
+        return self.device_seconds[min(n, len(self.device_seconds)) - 1]
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -131,39 +136,83 @@ def seeds_text(seeds: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def run_study(table, space, sampler: str, seed: int, trials: int, catalog) -> Trace:
-    """One seeded study on the table; the incumbent's true ratio after each launch.
+class _Enough(Exception):
+    """Raised by `_Counting` at the launch after the last timed process a trace needs."""
 
-    The baseline is the empty key: it becomes the incumbent like any other
-    configuration, by its observed ratio, and is scored by its true ratio.
+
+class _Counting:
+    """A launcher that stops the study once `goal` processes have timed something."""
+
+    def __init__(self, inner: Any, goal: int) -> None:
+        self.inner, self.goal, self.timed = inner, goal, 0
+
+    def launch(self, request: Any) -> Any:
+        if self.timed >= self.goal:
+            raise _Enough
+        outcome = self.inner.launch(request)
+        m = outcome.measurement
+        self.timed += bool(m is not None and m.step_times_s)
+        return outcome
+
+
+def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
+              rule: str = "study") -> Trace:
+    """One seeded study on the table, until `timed` processes have timed something.
+
+    `rule` "study": the study as built (the space fitted to the workload,
+    racing on) and its own incumbent rule (`autotune.results.evidence.incumbent`:
+    the best pooled program backed by enough processes, else XLA's defaults).
+    "single": the study before pooling (no fitting, no racing), and the
+    incumbent is the configuration with the best single observed ratio (the
+    baseline, no flags, scored by its in-process A/A ratio like any other).
     """
     import optuna
 
-    from autotune.flags.compose import config_key, effective_config
-    from autotune.records import Role
     from autotune.replay import TableLauncher
     from autotune.storage.store import Store
     from autotune.study import StudyPlan, StudyRunner
     from autotune.workloads import resolve_benchmark
 
     plan = StudyPlan(name=f"{sampler}-{seed}", space_name=space.name, space=space,
-                     workload=resolve_benchmark(table.meta["benchmark"]), trials=trials,
-                     sampler=sampler, seed=seed)
+                     workload=resolve_benchmark(table.meta["benchmark"]), trials=timed * 20,
+                     sampler=sampler, seed=seed, racing=rule == "study", fit=rule == "study")
     store = Store.open("sqlite://")
-    runner = StudyRunner(plan, store, TableLauncher(table, catalog, seed=seed),
+    runner = StudyRunner(plan, store, _Counting(TableLauncher(table, catalog, seed=seed), timed),
                          optuna.storages.InMemoryStorage())
-    runner.run()
-    runs = [r for r in store.runs(plan.name) if r.role is not Role.CONFIRM]
-    trace: list[float] = []
-    best_seen, best_key = math.inf, None  # None: nothing measured yet ("" is the baseline)
-    for run in sorted(runs, key=lambda r: r.id):
-        key = config_key(effective_config(run.flags, catalog))
-        if run.ratio is not None and run.ratio < best_seen:
-            best_seen, best_key = run.ratio, key
-        truth = table.true_ratio(best_key) if best_key is not None else None
-        trace.append(math.inf if truth is None else truth)
+    try:
+        runner.run()
+    except _Enough:
+        pass
+    runs = sorted(store.runs(plan.name), key=lambda r: r.id)
     store.close()
-    return Trace(trace)
+    return _trace(table, runs, catalog, rule)
+
+
+def _trace(table, runs, catalog, rule: str) -> Trace:
+    """The incumbent's true ratio and the device-seconds after each timed process."""
+    from autotune.flags.compose import config_key, effective_config
+    from autotune.results.evidence import incumbent, pooled
+
+    truths: list[float] = []
+    seconds: list[float] = []
+    spent, best_seen, best_key = 0.0, math.inf, None
+    for i, run in enumerate(runs):
+        spent += run.outcome.duration_s
+        m = run.outcome.measurement
+        if m is None or not m.step_times_s:
+            continue
+        key = config_key(effective_config(run.flags, catalog))
+        if rule == "single":
+            if run.ratio is not None and run.ratio < best_seen:
+                best_seen, best_key = run.ratio, key
+        else:
+            chosen = incumbent(pooled(runs[:i + 1]))
+            best_key = "" if chosen is None else config_key(
+                effective_config(chosen.first.flags, catalog))
+        truth = table.true_ratio(best_key) if best_key is not None else None
+        truths.append(math.inf if truth is None else truth)
+        seconds.append(spent)
+    return Trace(truths, seconds)
 
 
 @cache
@@ -177,17 +226,18 @@ def _loaded(path: str) -> tuple[Any, Any, Any]:
     return table, load_space(str(ROOT / table.meta["space"])), load_catalog()
 
 
-def _trace_job(job: tuple[str, str, int, int, int | None]) -> list[float]:
-    """One study of a job (table path, sampler, seed, trials, TPE startup or None)."""
+def _trace_job(job: tuple[str, str, int, int, int | None, str]) -> Trace:
+    """One study of a job (table path, sampler, seed, timed processes, TPE startup or
+    None, rule)."""
     import autotune.search
 
-    path, sampler, seed, trials, startup = job
+    path, sampler, seed, timed, startup, rule = job
     table, space, catalog = _loaded(path)
     shipped = autotune.search.TPE_STARTUP
     if startup is not None:
         autotune.search.TPE_STARTUP = startup  # read when the sampler is made
     try:
-        return run_study(table, space, sampler, seed, trials, catalog).true_ratios
+        return run_study(table, space, sampler, seed, timed, catalog, rule=rule)
     finally:
         autotune.search.TPE_STARTUP = shipped
 
@@ -199,14 +249,27 @@ class Runner:
         self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
 
     def traces(self, path: Path, sampler: str, seeds: Sequence[int], trials: int,
-               startup: int | None = None) -> list[Trace]:
-        jobs = [(str(path), sampler, seed, trials, startup) for seed in seeds]
+               startup: int | None = None, rule: str = "study") -> list[Trace]:
+        jobs = [(str(path), sampler, seed, trials, startup, rule) for seed in seeds]
         done = self.pool.map(_trace_job, jobs) if self.pool else map(_trace_job, jobs)
-        return [Trace(t) for t in done]
+        return list(done)
 
     def close(self) -> None:
         if self.pool:
             self.pool.shutdown()
+
+
+def within_fractions(traces: list[Trace], best: float) -> dict[str, dict[str, float]]:
+    """"2%" -> {"40": the share of seeds whose incumbent is truly within 2% of the best
+    after 40 timed processes, ...} for every `WITHIN` and `CHECKPOINTS`."""
+    return {f"{w:.0%}": {str(n): sum(t.at(n) <= best * (1 + w) for t in traces) / len(traces)
+                         for n in CHECKPOINTS} for w in WITHIN}
+
+
+def seconds_medians(traces: list[Trace]) -> dict[str, float]:
+    """{"40": median over seeds of the device-seconds spent by 40 timed processes, ...}."""
+    return {str(n): round(statistics.median(t.seconds_at(n) for t in traces), 2)
+            for n in CHECKPOINTS}
 
 
 def _row(name: str, traces: list[Trace], best: float) -> str:
@@ -232,88 +295,63 @@ def _per_seed(traces: list[Trace], best: float, figure: tuple[str, float],
     return [t.at(int(value)) / best for t in traces]
 
 
-def rank_test(sampler: list[float], random: list[float]) -> tuple[float, float]:
-    """(A, p): the chance that a draw of `sampler` is lower than one of `random` (ties
-    half), and the two-sided Mann-Whitney U p-value (1.0 when every value is equal)."""
-    from scipy.stats import mannwhitneyu
-
-    if len(set(sampler) | set(random)) == 1:
-        return 0.5, 1.0
-    u, p = mannwhitneyu(sampler, random, alternative="two-sided")
-    return 1.0 - float(u) / (len(sampler) * len(random)), float(p)
-
-
-def _test_cell(a: float, p: float) -> str:
-    way = "~" if p >= SIGNIFICANT else ("better" if a > 0.5 else "worse")
-    return f"A={a:.2f} p={p:<7.3g} {way:<6}"
-
-
 def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
-           runner: Runner) -> None:
-    """Print one table's flatness and each sampler's figures on the report seeds."""
+           runner: Runner, rules: Sequence[str] = RULES, quiet: bool = False) -> dict[str, Any]:
+    """One table: its flatness and, per sampler and rule, the share of report seeds whose
+    incumbent is within 1/2/5% of the best after 10/20/40/80 timed processes, and the
+    device-seconds spent by then. Printed unless `quiet`; returned as a JSON-ready
+    mapping (keys `table`, `best`, `structure`, `results`: one entry per sampler and
+    rule with `sampler`, `rule`, `within`, `device_seconds`)."""
     from autotune.search import Objective, choose_sampler
 
+    say = (lambda *a, **k: None) if quiet else print
     table, space, _ = _loaded(str(path))
     ratios = table.ratios()
     best = min(ratios.values())
-    print(f"\n{path.name}: {table.meta['benchmark']} ({table.meta['preset']}), space "
-          f"{space.name}: {table.meta['configurations']} configurations, {len(ratios)} distinct "
-          f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
-          f"{max(ratios.values()):.3f}; flatness: {table.flatness(0.01):.1%} within 1%, "
-          f"{table.flatness(0.02):.1%} within 2% of the best")
+    say(f"\n{path.name}: {table.meta['benchmark']} ({table.meta['preset']}), space "
+        f"{space.name}: {table.meta['configurations']} configurations, {len(ratios)} distinct "
+        f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
+        f"{max(ratios.values()):.3f}; flatness: {table.flatness(0.01):.1%} within 1%, "
+        f"{table.flatness(0.02):.1%} within 2% of the best")
     programs = table.distinct_programs()
-    print(f"programs: {programs} distinct programs; a configuration's true ratio pools the "
-          "repeats of its program" if programs else
-          "programs: not fingerprinted; a configuration's true ratio is its own repeats' median")
+    say(f"programs: {programs} distinct programs; a configuration's true ratio pools the "
+        "repeats of its program" if programs else
+        "programs: not fingerprinted; a configuration's true ratio is its own repeats' median")
     baseline = table.true_ratio("")
     if baseline is not None:
-        print(f"baseline: true ratio {baseline:.3f}, {baseline / best:.3f} x the best (scored "
-              "like any configuration; measured first)")
+        say(f"baseline: true ratio {baseline:.3f}, {baseline / best:.3f} x the best")
     noise = _noise(table)
-    print(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
-          "standard deviation over a configuration's repeats)")
+    say(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
+        "standard deviation over a configuration's repeats)")
     fit = _additive_fit(table)
-    verdict = ("the flags interact or matter beyond the noise" if fit.residual > 2 * fit.value_noise
+    structured = fit.residual > 2 * fit.value_noise
+    verdict = ("the flags interact or matter beyond the noise" if structured
                else "no structure beyond the noise of the table's values")
-    print(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%} "
-          f"against a table value's own noise of about {fit.value_noise:.1%}: {verdict}")
+    say(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%} "
+        f"against a table value's own noise of about {fit.value_noise:.1%}: {verdict}")
     auto = choose_sampler("auto", (Objective.TIME,), space, trials)
-    if "auto" in samplers and auto.name in samplers:
-        print(f"auto runs {auto.name} here ({auto.reason}): its row reuses {auto.name}'s studies")
+    out: dict[str, Any] = {"table": path.name, "best": best, "structure": structured,
+                           "results": []}
     if not samplers:
-        return
-    print(_header("sampler") + f"   (median over {len(seeds)} report seeds; 'at N': "
-          "incumbent's true ratio / best)")
-    traces: dict[str, list[Trace]] = {}
-    for sampler in samplers:
-        same = auto.name if sampler == "auto" and auto.name in samplers else sampler
-        if same not in traces:
-            traces[same] = runner.traces(path, same, seeds, trials)
-        traces[sampler] = traces[same]
-        print(_row(sampler, traces[sampler], best), flush=True)
-    if samplers:
-        print(f"reached within {' / '.join(format(w, '.0%') for w in WITHIN)} in {trials} "
-              f"trials, seeds of {len(seeds)}: " + ", ".join(
-                  f"{s} " + "/".join(str(sum(math.isfinite(t.trials_to(best * (1 + w)))
-                                             for t in traces[s])) for w in WITHIN)
-                  for s in samplers))
-    others = [s for s in samplers if s != "random"]
-    if "random" not in traces or not others:
-        return
-    try:
-        import scipy  # noqa: F401
-    except ImportError:
-        print("rank test against random: skipped (needs scipy: pip install scipy)")
-        return
-    names = [f"to {v:.0%}" if k == "to" else f"at {v}" for k, v in TESTED]
-    print("rank test against random (Mann-Whitney U, two-sided, same report seeds; A: chance "
-          "a seed of the sampler does better than one of random's, ties half)")
-    print(f"{'sampler':8} " + " ".join(f"{n:<23}" for n in names).rstrip())
-    for sampler in others:
-        cells = [_test_cell(*rank_test(_per_seed(traces[sampler], best, f, trials),
-                                       _per_seed(traces["random"], best, f, trials)))
-                 for f in TESTED]
-        print(f"{sampler:8} " + " ".join(cells).rstrip(), flush=True)
+        return out
+    say(f"share of the {len(seeds)} report seeds whose incumbent is truly within 2% of the "
+        f"best after N timed processes; device-seconds by then (median over seeds)")
+    say(f"{'sampler':8} {'rule':7} " + " ".join(f"{'2% @' + str(n):>7}" for n in CHECKPOINTS)
+        + "  " + " ".join(f"{'s @' + str(n):>7}" for n in CHECKPOINTS))
+    traces: dict[tuple[str, str], list[Trace]] = {}
+    for rule in rules:
+        for sampler in samplers:
+            same = auto.name if sampler == "auto" and auto.name in samplers else sampler
+            if (same, rule) not in traces:
+                traces[same, rule] = runner.traces(path, same, seeds, trials, rule=rule)
+            found = traces[same, rule]
+            within, secs = within_fractions(found, best), seconds_medians(found)
+            out["results"].append({"sampler": sampler, "rule": rule, "within": within,
+                                   "device_seconds": secs})
+            say(f"{sampler:8} {rule:7} " + " ".join(f"{within['2%'][str(n)]:7.0%}"
+                                                    for n in CHECKPOINTS)
+                + "  " + " ".join(f"{secs[str(n)]:7.1f}" for n in CHECKPOINTS), flush=True)
+    return out
 
 
 def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], trials: int,
@@ -410,7 +448,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                              f"--choose-seeds (default {REPORT_SEEDS})")
     parser.add_argument("--startup-candidates", default="",
                         help="TPE startup counts to choose from on the choose seeds, e.g. 2,4,8")
-    parser.add_argument("--trials", type=int, default=max(CHECKPOINTS))
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="report on this many seeds from 1000 (default: --report-seeds)")
+    parser.add_argument("--rules", default=",".join(RULES),
+                        help="incumbent rules: study (racing, pooled) and/or single")
+    parser.add_argument("--json", action="store_true", help="print one JSON document only")
+    parser.add_argument("--trials", type=int, default=max(CHECKPOINTS),
+                        help="timed processes per study (default 80)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes running studies (default: 2, or fewer cores)")
     args = parser.parse_args(argv)
@@ -419,26 +463,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--report-seeds and --choose-seeds share {len(shared)} seeds "
                      f"({seeds_text(shared)}): figures must come from seeds no setting "
                      "was chosen on")
+    if args.seeds is not None:
+        args.report_seeds = list(range(1000, 1000 + args.seeds))
+    rules = [r for r in args.rules.split(",") if r]
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        parser.error(f"unknown rule(s) {', '.join(unknown)}: choose from {', '.join(RULES)}")
     from autotune.search import TPE_STARTUP
 
-    print(f"seeds: settings chosen on the {len(args.choose_seeds)} choose seeds "
-          f"{seeds_text(args.choose_seeds)} (TPE_STARTUP = {TPE_STARTUP} in autotune/search.py;"
-          f" auto picks by the space's size, not from data); every figure is over the "
-          f"{len(args.report_seeds)} report seeds {seeds_text(args.report_seeds)}, disjoint "
-          f"from them{DEFAULT_NOTE if args.report_seeds == parse_seeds(REPORT_SEEDS) else ''}; "
-          f"{args.trials} trials per study", flush=True)
+    if not args.json:
+        print(f"seeds: settings chosen on the {len(args.choose_seeds)} choose seeds "
+              f"{seeds_text(args.choose_seeds)} (TPE_STARTUP = {TPE_STARTUP} in "
+              "autotune/search.py, BACKED_BY in autotune/results/evidence.py); every figure "
+              f"is over the {len(args.report_seeds)} report seeds "
+              f"{seeds_text(args.report_seeds)}, disjoint from them; {args.trials} timed "
+              "processes per study", flush=True)
     runner = Runner(max(1, args.jobs))
+    tables = []
     try:
         if args.startup_candidates:
             candidates = [int(c) for c in args.startup_candidates.split(",")]
             choose_startup(args.tables, candidates, args.choose_seeds, args.trials, runner)
         for path in args.tables:
-            report(path, [s for s in args.samplers.split(",") if s], args.report_seeds,
-                   args.trials, runner)
+            tables.append(report(path, [s for s in args.samplers.split(",") if s],
+                                 args.report_seeds, args.trials, runner, rules, args.json))
     finally:
         runner.close()
+    if args.json:
+        print(json.dumps({"seeds": seeds_text(args.report_seeds), "timed_processes": args.trials,
+                          "checkpoints": list(CHECKPOINTS), "tables": tables}, indent=1))
     sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,208 @@
+"""Evidence pooled by compiled program: what every timed process says about a program.
+
+Configurations collapse onto few compiled programs, and a program run again
+costs one more process, not another search step. So the unit a study judges
+is the *program* (its fingerprint; a run without one is its own configuration),
+not the configuration, and not one measurement:
+
+- every timed observation of a program counts toward its estimate, whichever
+  configuration produced it and whichever phase made it (search, racing,
+  confirmation): one ratio per process, combined by the median of their
+  logarithms, as `autotune.stats.paired_ratio` combines processes;
+- the **incumbent** is the program with the best pooled estimate among those
+  backed by at least `BACKED_BY` observations, and only when that estimate is
+  below 1.0 (else XLA's defaults stand);
+- **racing** (`race_target`): while the leader by pooled estimate has fewer
+  than `BACKED_BY` observations, it is the next thing to measure again, so a
+  lucky single measurement is re-timed before it is believed.
+
+Pure: works on the plain `RunRecord`s storage hands out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from autotune.flags.compose import config_key
+from autotune.records import FlagValue, MeasureMode, Role, RunRecord
+from autotune.stats import RatioEstimate, paired_ratio
+
+#: Observations (timed processes) a program needs before it may be called best.
+#: Three: the median of three processes is the smallest sample whose median
+#: one lucky process cannot set. Chosen on the choose seeds of
+#: `benchmarks/scripts/search_efficiency.py` (see the README's Search section).
+BACKED_BY = 3
+
+#: Roles whose timed runs are observations of their program against XLA's defaults.
+EVIDENCE_ROLES = frozenset({Role.SEARCH, Role.RECOMMENDED, Role.RACE, Role.CONFIRM})
+
+
+@dataclass
+class ProgramEvidence:
+    """Every timed observation of one compiled program, and the configurations behind it.
+
+    Attributes:
+        program: the program's fingerprint, or `config:KEY` for runs without one.
+        runs: the runs that timed it (one process each), in the order they ran.
+        members: the runs of every configuration compiled to it, timed or not
+            (a configuration whose program was timed already is compiled only).
+    """
+
+    program: str
+    runs: list[RunRecord] = field(default_factory=list)
+    members: list[RunRecord] = field(default_factory=list)
+
+    @property
+    def first(self) -> RunRecord:
+        """The run that first timed the program: its row in `best`."""
+        return self.runs[0]
+
+    @property
+    def n(self) -> int:
+        """Observations: processes that timed the program."""
+        return len(self.runs)
+
+    @cached_property
+    def ratios(self) -> list[float]:
+        """One time ratio (candidate/baseline) per timed process."""
+        return [r for r in map(run_ratio, self.runs) if r is not None]
+
+    @cached_property
+    def ratio(self) -> float:
+        """The pooled estimate: the median of the processes' log ratios (below 1 is faster)."""
+        logs = sorted(math.log(r) for r in self.ratios)
+        mid = len(logs) // 2
+        log = logs[mid] if len(logs) % 2 else (logs[mid - 1] + logs[mid]) / 2
+        return math.exp(log)
+
+    def estimate(self) -> RatioEstimate | None:
+        """The pooled estimate with its bootstrap interval over every PAIRED process (None
+        without two paired processes: one process's interval says nothing of the next)."""
+        pairs = [(m.step_times_s, m.baseline_step_times_s) for m in
+                 (r.outcome.measurement for r in self.runs)
+                 if m is not None and m.mode is MeasureMode.PAIRED and m.baseline_step_times_s]
+        if len(pairs) < 2:
+            return None
+        return paired_ratio([list(c) for c, _ in pairs], [list(b) for _, b in pairs])
+
+    @property
+    def trials(self) -> list[int]:
+        """The trial numbers of the configurations compiled to this program, in order."""
+        numbers = {r.trial_number for r in self.members if r.trial_number is not None}
+        return sorted(numbers)
+
+    @property
+    def configurations(self) -> list[Mapping[str, FlagValue]]:
+        """The distinct configurations compiled to this program, first measured first."""
+        seen: dict[str, Mapping[str, FlagValue]] = {}
+        for run in self.members:
+            seen.setdefault(config_key(run.flags), run.flags)
+        return list(seen.values())
+
+    @property
+    def backed(self) -> bool:
+        """At least `BACKED_BY` observations: it may be called best."""
+        return self.n >= BACKED_BY
+
+
+def run_ratio(run: RunRecord) -> float | None:
+    """A run's time ratio against XLA's defaults, None when it has none of its own (failed,
+    or its program timed by another trial: `same_program_as`): the stored ratio, else the
+    one of its PAIRED steps."""
+    m = run.outcome.measurement
+    if not run.outcome.ok or (m is not None and m.same_program_as is not None):
+        return None
+    if run.ratio:
+        return run.ratio
+    if m is None or not m.step_times_s or not m.baseline_step_times_s:
+        return None
+    return paired_ratio([list(m.step_times_s)], [list(m.baseline_step_times_s)], n_boot=1).ratio
+
+
+def program_of(run: RunRecord) -> str:
+    """The program a run compiled to: its fingerprint, or `config:KEY` without one."""
+    m = run.outcome.measurement
+    return m.fingerprint if m is not None and m.fingerprint else f"config:{config_key(run.flags)}"
+
+
+def pooled(runs: Iterable[RunRecord], keep: Callable[[RunRecord], bool] | None = None,
+           *, defaults: bool = False) -> list[ProgramEvidence]:
+    """The programs of a study's runs, best pooled estimate first (ties: first timed first).
+
+    Only successful runs of `EVIDENCE_ROLES` count. The baseline's program
+    (XLA's defaults, the ratio's reference) is left out unless `defaults`. A
+    run that timed nothing (its program was timed by another trial:
+    `same_program_as`) adds its configuration to the program, not an
+    observation. `keep(run)`, when given, must be true for a run to count
+    (e.g. a memory budget).
+    """
+    runs = sorted(runs, key=lambda r: r.id)
+    baseline = {m.fingerprint for r in runs if r.role is Role.BASELINE
+                and (m := r.outcome.measurement) is not None and m.fingerprint}
+    programs: dict[str, ProgramEvidence] = {}
+    names = _Programs()
+    for run in runs:
+        if run.role not in EVIDENCE_ROLES or not run.outcome.ok:
+            continue
+        if keep is not None and not keep(run):
+            continue
+        key = names.of(run)
+        m = run.outcome.measurement
+        if not defaults and (key in baseline or (m is not None and m.same_program_as_baseline)):
+            continue
+        evidence = programs.setdefault(key, ProgramEvidence(key))
+        if run.role is not Role.CONFIRM and run.role is not Role.RACE:
+            evidence.members.append(run)
+        if run_ratio(run) is not None:
+            evidence.runs.append(run)
+    timed = [p for p in programs.values() if p.runs]
+    return sorted(timed, key=lambda p: (p.ratio, p.first.id))
+
+
+class _Programs:
+    """Names each run's program, consistently: a configuration is one program (its first
+    fingerprint), and a re-measurement (racing, confirmation) is of its trial's program."""
+
+    def __init__(self) -> None:
+        self.of_config: dict[str, str] = {}
+        self.of_trial: dict[int, str] = {}
+
+    def of(self, run: RunRecord) -> str:
+        if run.role in (Role.CONFIRM, Role.RACE) and run.trial_number in self.of_trial:
+            return self.of_trial[run.trial_number]
+        key = self.of_config.setdefault(config_key(run.flags), program_of(run))
+        if run.trial_number is not None:
+            self.of_trial.setdefault(run.trial_number, key)
+        return key
+
+
+def by_trial(programs: Sequence[ProgramEvidence]) -> dict[int, ProgramEvidence]:
+    """Trial number -> the program its configuration compiled to."""
+    return {n: p for p in programs for n in p.trials}
+
+
+def incumbent(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
+    """The program the study calls best now: the best pooled estimate among programs with
+    at least `BACKED_BY` observations, when below 1.0; None means XLA's defaults.
+
+    `programs` is `pooled(...)`'s order (best first).
+    """
+    best = next((p for p in programs if p.backed), None)
+    return best if best is not None and best.ratio < 1.0 else None
+
+
+def race_target(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
+    """The program to measure again now, or None: the leader by pooled estimate while it
+    has fewer than `BACKED_BY` observations and beats XLA's defaults on what it has.
+
+    A leader at or above 1.0 is not raced: it could not become the incumbent.
+    """
+    leader = programs[0] if programs else None
+    if leader is None or leader.backed or leader.ratio >= 1.0:
+        return None
+    if leader.first.trial_number is None:
+        return None
+    return leader

@@ -1,0 +1,282 @@
+"""Evidence pooled by program, the incumbent rule, and racing the leaders (no JAX).
+
+The pure rules are tested on runs stated by hand; racing runs through a real
+`StudyRunner` (Optuna, SQLite) whose trials a recorded table answers.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from test_ranking import FAST, LEVEL, WHEN, WIDTH, Runs, measurement
+
+from autotune.flags.catalog import load_catalog
+from autotune.flags.compose import config_key, effective_config
+from autotune.launcher import TrialRequest
+from autotune.measured import BUDGET_ROLES
+from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.replay import ReplayTable, TableLauncher
+from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
+from autotune.results.ranking import best_rows
+from autotune.spaces import load_space
+from autotune.storage import Store
+from autotune.study import StudyPlan, StudyRunner
+from autotune.workloads import resolve_benchmark
+
+ROOT = Path(__file__).resolve().parents[1]
+NORM_ACT = ROOT / "benchmarks/tables/norm-act-small.json"
+
+
+def program(ratio: float, fingerprint: str, *, same_as: int | None = None) -> Measurement:
+    """A PAIRED measurement of `fingerprint` at `ratio`; with `same_as`, nothing timed."""
+    if same_as is not None:
+        return Measurement((), 1.0, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
+                           baseline_fingerprint="base", same_program_as=same_as)
+    m = measurement(ratio)
+    return Measurement(m.step_times_s, 1.0, mode=MeasureMode.PAIRED,
+                       baseline_step_times_s=m.baseline_step_times_s, fingerprint=fingerprint,
+                       baseline_fingerprint="base")
+
+
+def test_every_timed_observation_of_a_program_counts_whichever_configuration_made_it():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.80, m=program(0.80, "A"))  # 1: lucky once
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.90, m=program(0.90, "B"))  # 2
+    s.add(Role.SEARCH, {WIDTH: 128}, None, m=program(0, "A", same_as=1))  # 3: A again, untimed
+    s.add(Role.RACE, {FAST: True}, 1.00, trial=1, m=program(1.00, "A"))
+    s.add(Role.CONFIRM, {FAST: True}, 1.02, trial=1, m=program(1.02, "A"))
+    found = pooled(s.runs)
+    assert [p.program for p in found] == ["B", "A"]  # A pools to 1.00: the lucky 0.80 is one of 3
+    a = found[1]
+    assert a.n == 3 and a.ratio == pytest.approx(1.00)
+    assert a.trials == [1, 3]  # the configuration that compiled to A without timing it is listed
+    assert [dict(c) for c in a.configurations] == [{FAST: True}, {WIDTH: 128}]
+    assert a.first.trial_number == 1
+    estimate = a.estimate()
+    assert estimate is not None and estimate.n_processes == 3
+    assert estimate.low <= a.ratio <= estimate.high
+
+
+def test_the_baseline_program_is_xlas_defaults_not_a_candidate():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.95, m=measurement(0.95, same=True))  # compiled to "base"
+    assert pooled(s.runs) == []
+    assert [p.program for p in pooled(s.runs, defaults=True)] == ["base"]
+
+
+def test_the_incumbent_needs_enough_processes_and_must_beat_the_defaults():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.80, m=program(0.80, "A"))
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.95, m=program(0.95, "B"))
+    for _ in range(BACKED_BY - 1):
+        s.add(Role.RACE, {LEVEL: 2}, 0.96, trial=1, m=program(0.96, "B"))
+    found = pooled(s.runs)
+    assert [p.program for p in found] == ["A", "B"]
+    assert incumbent(found).program == "B"  # A leads on one process: not yet believed
+    assert race_target(found).program == "A"  # so A is what to measure next
+    for _ in range(BACKED_BY - 1):
+        s.add(Role.RACE, {FAST: True}, 1.01, trial=0, m=program(1.01, "A"))
+    found = pooled(s.runs)
+    assert [p.program for p in found] == ["B", "A"]  # A regressed to 1.01
+    assert incumbent(found).program == "B" and race_target(found) is None
+
+
+def test_no_incumbent_when_the_best_backed_program_is_not_faster_than_the_defaults():
+    s = Runs()
+    for trial_ratio in (1.0, 1.02, 0.99):
+        s.add(Role.SEARCH if trial_ratio == 1.0 else Role.RACE, {FAST: True}, trial_ratio,
+              trial=0, m=program(trial_ratio, "A"))
+    assert incumbent(pooled(s.runs)) is None
+    assert race_target(pooled(s.runs)) is None  # backed already
+
+
+def test_a_leader_slower_than_the_defaults_is_not_raced():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 1.05, m=program(1.05, "A"))
+    assert race_target(pooled(s.runs)) is None
+
+
+def test_best_lists_programs_with_their_pooled_figures_and_configurations():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.90, m=program(0.90, "A"))
+    s.add(Role.SEARCH, {WIDTH: 128}, None, m=program(0, "A", same_as=1))
+    s.add(Role.RACE, {FAST: True}, 0.92, trial=1, m=program(0.92, "A"))
+    rows = best_rows(s.runs, load_catalog())
+    assert [r.rank for r in rows] == [None, 1]
+    row = rows[1]
+    assert row.program is not None and row.program.n == 2 and row.program.trials == [1, 2]
+
+
+# --- racing, through a real study on a recorded table -----------------------------------------
+
+
+def _study(tmp_path, seed: int, trials: int, racing: bool = True) -> tuple[Store, StudyPlan]:
+    table = ReplayTable.load(NORM_ACT)
+    space = load_space(str(ROOT / table.meta["space"]))
+    plan = StudyPlan(name=f"race-{seed}", space_name=space.name, space=space,
+                     workload=resolve_benchmark("norm-act"), trials=trials, sampler="random",
+                     seed=seed, racing=racing)
+    store = Store.open(f"sqlite:///{tmp_path}/s{seed}{racing}.db")
+    StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=seed),
+                optuna.storages.InMemoryStorage()).run()
+    return store, plan
+
+
+def test_racing_backs_the_leader_and_counts_in_the_budget(tmp_path):
+    store, plan = _study(tmp_path, seed=3, trials=40)
+    runs = store.runs(plan.name)
+    races = [r for r in runs if r.role is Role.RACE]
+    assert races, "a study that finds something faster than the defaults races it"
+    counted = [r for r in runs if r.role in BUDGET_ROLES]
+    assert len(counted) == plan.trials  # baseline + search + race runs: --trials counts them
+    found = pooled(runs)
+    leader = found[0]
+    assert leader.n >= BACKED_BY or leader.ratio >= 1.0  # racing left no unbacked leader
+    raced = {r.trial_number for r in races}
+    assert all(r.outcome.measurement.step_times_s for r in races)  # a race always times
+    assert raced <= {p.first.trial_number for p in found}  # a program's first trial is raced
+
+
+def test_without_racing_nothing_is_measured_twice_in_the_search(tmp_path):
+    store, plan = _study(tmp_path, seed=3, trials=40, racing=False)
+    assert not [r for r in store.runs(plan.name) if r.role is Role.RACE]
+
+
+def test_confirmation_starts_from_the_racing_runs(tmp_path):
+    table = ReplayTable.load(NORM_ACT)
+    space = load_space(str(ROOT / table.meta["space"]))
+    plan = StudyPlan(name="confirm", space_name=space.name, space=space,
+                     workload=resolve_benchmark("norm-act"), trials=40, sampler="random", seed=3)
+    store = Store.open(f"sqlite:///{tmp_path}/c.db")
+    runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=3),
+                         optuna.storages.InMemoryStorage())
+    runner.run()
+    runs = store.runs(plan.name)
+    leader = pooled(runs)[0]
+    raced = sum(r.role is Role.RACE and r.trial_number == leader.first.trial_number for r in runs)
+    assert raced >= 1
+    runner.confirm(top=1, repeats=raced + 1)
+    runs = store.runs(plan.name)
+    confirms = [r for r in runs if r.role is Role.CONFIRM]
+    assert len(confirms) == 1  # the racing runs counted as rounds: one more was needed
+    row = best_rows(runs, load_catalog())[1]
+    assert row.confirmation is not None and row.confirmation.runs == raced + 1
+
+
+# --- the recorded table answers as a real child would -----------------------------------------
+
+
+def _request(flags, **kw) -> TrialRequest:
+    return TrialRequest(workload=Path("w.py"), preset="small", env={}, compiler_options={},
+                        steps=5, warmup=1, max_warmup=2, timeout_s=10, flags=flags, **kw)
+
+
+def test_the_table_launcher_compiles_only_a_known_program_and_fingerprints_the_rest():
+    table = ReplayTable.load(NORM_ACT)
+    catalog = load_catalog()
+    launcher = TableLauncher(table, catalog, seed=0)
+    key = next(k for k in table.runs if k and table.programs.get(k))
+    flags = table.flags[key]
+    timed = launcher.launch(_request(flags))
+    assert timed.measurement.fingerprint == table.programs[key]
+    assert timed.measurement.baseline_fingerprint == table.programs[""]
+    assert timed.measurement.step_times_s
+    known = launcher.launch(_request(flags, known_programs={table.programs[key]: 7}))
+    assert known.kind is OutcomeKind.OK and known.measurement.same_program_as == 7
+    assert not known.measurement.step_times_s and known.duration_s < timed.duration_s
+    probe = launcher.launch(_request(flags, timed=False))
+    assert probe.measurement.fingerprint == table.programs[key]
+    assert not probe.measurement.step_times_s and probe.measurement.same_program_as is None
+
+
+def test_the_table_launcher_draws_a_programs_repeats_without_replacement():
+    table = ReplayTable.load(NORM_ACT)
+    catalog = load_catalog()
+    key = min((k for k in table.runs if k and table.programs.get(k)),
+              key=lambda k: len(table.members(table.programs[k])))
+    pool = [run for k in table.members(table.programs[key]) for run in table.runs[k]]
+    launcher = TableLauncher(table, catalog, seed=5)
+    drawn = [launcher.launch(_request(table.flags[key])).measurement for _ in pool]
+    recorded = [tuple(r["step_times_s"]) for r in pool if r.get("step_times_s")]
+    assert sorted(m.step_times_s for m in drawn if m) == sorted(recorded)  # each one once
+
+
+def test_a_pooled_ratio_is_the_median_of_log_ratios():
+    s = Runs()
+    for i, r in enumerate((0.8, 1.25, 1.0)):
+        s.add(Role.SEARCH if i == 0 else Role.RACE, {FAST: True}, r, trial=0, m=program(r, "A"))
+    only = pooled(s.runs)[0]
+    assert only.ratio == pytest.approx(1.0)
+    assert math.isclose(only.ratios[0], 0.8)
+    assert config_key(effective_config(only.first.flags, load_catalog()))
+    assert TrialOutcome(OutcomeKind.OK, "").ok
+
+
+def test_best_prints_the_pooled_figure_and_the_programs_other_trials(tmp_path):
+    import json
+
+    from cli_runner import invoke
+
+    store, plan = _study(tmp_path, seed=3, trials=40)
+    url = store.url
+    store.close()
+    shown = invoke("best", plan.name, "--storage", url, cwd=tmp_path)
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(invoke("best", plan.name, "--storage", url, "--format", "json",
+                            cwd=tmp_path).output)
+    rows = doc if isinstance(doc, list) else doc["rows"]
+    raced = [r for r in rows if r["observations"] and r["observations"] > 1]
+    assert raced, "racing left a program with more than one observation"
+    lines = shown.output.splitlines()
+    for row in raced:  # the table folds "×1.058 n=3" over two lines of its row
+        at = next(i for i, line in enumerate(lines) if f"│ {row['rank']:<8} │" in line)
+        assert f"×{row['pooled_speedup']:.3f}" in lines[at]
+        assert f"n={row['observations']}" in lines[at + 1]
+    shared = [r for r in rows if r["program_trials"] and len(r["program_trials"]) > 1]
+    for row in shared:
+        others = [n for n in row["program_trials"] if n != row["trial"]]
+        assert f"same program: trials {', '.join(map(str, others))}" in shown.output
+    assert all(len(line) <= 80 for line in shown.output.splitlines())
+
+
+def test_the_notes_under_best_name_the_incumbent_and_its_interval():
+    from autotune.records import StudyRecord
+    from autotune.results.notes import incumbent_note
+
+    record = StudyRecord("s", "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, WHEN)
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.90, m=program(0.90, "A"))
+    assert "XLA's defaults" in incumbent_note(record, s.runs).text  # one process: not backed
+    for r in (0.92, 0.91):
+        s.add(Role.RACE, {FAST: True}, r, trial=0, m=program(r, "A"))
+    note = incumbent_note(record, s.runs)
+    estimate = pooled(s.runs)[0].estimate()
+    low, high = estimate.speedup_interval
+    assert note.kind == "incumbent"
+    assert note.text == (f"search incumbent: trial 0's program, ×{1 / 0.91:.3f} "
+                         f"[{low:.3f}, {high:.3f}] pooled over 3 processes")
+
+
+def test_the_dashboard_shows_the_pooled_figure_of_a_raced_program(tmp_path):
+    import html
+
+    from starlette.testclient import TestClient
+
+    from autotune.dashboard.app import create_app
+    from autotune.results.ranking import best_row_json
+
+    store, plan = _study(tmp_path, seed=3, trials=40)
+    rows = [best_row_json(r) for r in best_rows(store.runs(plan.name), load_catalog())]
+    raced = next(r for r in rows if r["observations"] and r["observations"] > 1)
+    page = html.unescape(TestClient(create_app(store, refresh_s=0)).get(
+        f"/study/{plan.name}").text)
+    low, high = raced["pooled_interval"]
+    assert (f"pooled ×{raced['pooled_speedup']:.3f} [{low:.3f}, {high:.3f}], "
+            f"n={raced['observations']}") in page
+    assert "search incumbent:" in page  # the note, as under `best`
