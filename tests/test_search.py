@@ -417,6 +417,7 @@ def test_a_ctrl_c_as_the_heartbeat_starts_leaves_no_thread_that_blocks_the_exit(
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "benchmarks/tables/mlp-dp-small.json"
+TRANSFORMER = ROOT / "benchmarks/tables/transformer-small.json"
 
 
 def request(flags: Mapping[str, FlagValue], prune_ratio: float | None = None) -> TrialRequest:
@@ -651,3 +652,47 @@ def test_the_budget_reaches_every_trial_but_the_baseline_and_untimed_ones_are_no
     assert all(r.ratio is None for r in untimed)
     assert not any(r.outcome.kind is OutcomeKind.OVER_BUDGET for r in ranked(runs, budget))
     assert over_budget(runs, budget) == len(untimed)
+
+
+@pytest.mark.slow
+def test_the_bill_counts_every_process_and_judges_the_answer():
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "benchmarks/scripts/search_bill.py", str(MLP), "--seeds", "2",
+         "--budgets", "5,10", "--jobs", "1", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["seeds"] == 2 and doc["confirm"] == [3, 4]
+    [table] = doc["tables"]
+    assert [v["variant"] for v in table["variants"]] == ["study", "random", "no-race"]
+    for variant in table["variants"]:
+        five, ten = variant["budgets"]["5"], variant["budgets"]["10"]
+        assert 0 <= five["right"] <= 1 and 0 <= ten["right"] <= 1
+        # a longer search costs more: its processes are counted, confirmation included
+        assert 0 < five["device_seconds"] < ten["device_seconds"]
+        # mlp-dp's best is one lucky process: no answer is right, so no budget is cheapest
+        assert variant["cheapest"] is None
+
+
+def test_the_bill_judges_an_answer_by_the_tables_truth():
+    """One seeded study: right only when the recommendation (or the defaults) is truly
+    within 2% of the best; its seconds are every run's recorded time."""
+    import importlib.util
+    import sys
+
+    name = "_autotune_search_bill"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "benchmarks/scripts/search_bill.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    bill = sys.modules[name]
+    right, seconds = bill.one_answer((str(TRANSFORMER), "study", 1000, 5))
+    assert right  # the transformer's defaults are within 1% of its best: always right
+    assert seconds > 0
