@@ -178,9 +178,10 @@ def prune_limit(margin: float | None, best_ratio: float | None, *, paired: bool,
     return margin * best_ratio
 
 
-def prune_curve(margin: float | None, trials: Iterable[tuple[Sequence[float], Sequence[float]]],
+def prune_curve(margin: float | None, ratios: Iterable[Sequence[float]],
                 *, paired: bool, time_only: bool) -> list[float | None] | None:
-    """The median curve a search trial carries (`median_curve` of the other trials' steps).
+    """The median curve a search trial carries (`curve_of_ratios` of the other trials'
+    `running_ratios`, which the caller may keep per trial: a stored trial's never change).
 
     None (no median rule) under the same conditions as `prune_limit`: without
     a margin (pruning is off), outside PAIRED mode and when memory is an
@@ -189,7 +190,7 @@ def prune_curve(margin: float | None, trials: Iterable[tuple[Sequence[float], Se
     """
     if margin is None or not paired or not time_only:
         return None
-    curve = median_curve(trials)
+    curve = curve_of_ratios(ratios)
     return curve if any(c is not None for c in curve) else None
 
 

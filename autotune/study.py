@@ -214,6 +214,8 @@ class StudyRunner:
         #: workload once `fit_space` has adopted the study's fit.
         self.space: Space = plan.space
         self._fit: SpaceFit | None = None
+        #: run id -> its `stopping.running_ratios`, for the median prune curve
+        self._running: dict[int, list[float]] = {}
         #: Told the fit once this process adopts it (progress displays).
         self.on_fit: Callable[[SpaceFit], None] | None = None
 
@@ -742,14 +744,17 @@ class StudyRunner:
         steps count for the pairs it reached. None (no median rule) under the
         conditions of `_prune_ratio`, or while too few trials were timed.
         """
-        from autotune.stopping import prune_curve
+        from autotune.stopping import prune_curve, running_ratios
 
-        trials = ((m.step_times_s, m.baseline_step_times_s) for run in index.runs.values()
-                  if run.role in (Role.SEARCH, Role.RECOMMENDED)
-                  and run.outcome.kind in (OutcomeKind.OK, OutcomeKind.PRUNED)
-                  and (m := run.outcome.measurement) is not None
-                  and m.mode is MeasureMode.PAIRED and m.baseline_step_times_s)
-        curve = prune_curve(self.plan.prune_margin, trials,
+        for run in index.runs.values():  # a stored run never changes: its ratios are kept
+            m = run.outcome.measurement
+            if (run.id not in self._running and run.role in (Role.SEARCH, Role.RECOMMENDED)
+                    and run.outcome.kind in (OutcomeKind.OK, OutcomeKind.PRUNED)
+                    and m is not None and m.mode is MeasureMode.PAIRED
+                    and m.baseline_step_times_s):
+                self._running[run.id] = running_ratios(m.step_times_s, m.baseline_step_times_s)
+        ratios = (self._running[r.id] for r in index.runs.values() if r.id in self._running)
+        curve = prune_curve(self.plan.prune_margin, ratios,
                             paired=self.plan.mode is MeasureMode.PAIRED,
                             time_only=self.plan.objectives == (Objective.TIME,))
         return None if curve is None else tuple(curve)

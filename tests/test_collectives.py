@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_fit import TPU_SPACE
 
 from autotune.child.program import hlo_stats
 from autotune.collectives import (
@@ -196,24 +197,6 @@ text = step.lower(*work.args).compile().as_text()
 json.dump({"hlo": text, "meta": work.meta}, open(sys.argv[2], "w"))
 """
 
-A2A_SPACE = """
-schema_version: 1
-name: tpu-all-to-all
-backend: tpu
-params:
-  xla_tpu_enable_async_all_to_all:
-    type: bool
-  xla_all_to_all_latency_bound_threshold_in_bytes:
-    type: pow2_bytes
-    min: 4MiB
-    max: 16MiB
-    allow_unset: true
-  xla_all_reduce_latency_bound_threshold_in_bytes:
-    type: pow2_bytes
-    min: 4MiB
-    max: 16MiB
-    allow_unset: true
-"""
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +257,7 @@ def test_mlp_dp_all_reduces_its_gradients_and_drops_all_to_all_params(compiled):
     assert set(profile) == {"all-reduce"}
     gradients = 4 * meta["parameter_count"]
     assert gradients <= profile["all-reduce"].bytes <= gradients + 64  # and the loss
-    space = load_space_text(A2A_SPACE)
+    space = load_space_text(TPU_SPACE)  # an all-to-all flag and threshold, an all-reduce one
     changes = {c.param: c.action for c in collective_changes(space, profile)}
     assert changes == {"xla_tpu_enable_async_all_to_all": Action.DROPPED,
                        "xla_all_to_all_latency_bound_threshold_in_bytes": Action.DROPPED,

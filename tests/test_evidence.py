@@ -6,7 +6,6 @@ The pure rules are tested on runs stated by hand; racing runs through a real
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import optuna
@@ -14,10 +13,9 @@ import pytest
 from test_ranking import FAST, LEVEL, WHEN, WIDTH, Runs, measurement
 
 from autotune.flags.catalog import load_catalog
-from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import TrialRequest
 from autotune.measured import BUDGET_ROLES
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import Measurement, MeasureMode, OutcomeKind, Role
 from autotune.replay import ReplayTable, TableLauncher
 from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
 from autotune.results.ranking import best_rows
@@ -54,7 +52,6 @@ def test_every_timed_observation_of_a_program_counts_whichever_configuration_mad
     a = found[1]
     assert a.n == 3 and a.ratio == pytest.approx(1.00)
     assert a.trials == [1, 3]  # the configuration that compiled to A without timing it is listed
-    assert [dict(c) for c in a.configurations] == [{FAST: True}, {WIDTH: 128}]
     assert a.first.trial_number == 1
     estimate = a.estimate()
     assert estimate is not None and estimate.n_processes == 3
@@ -212,10 +209,8 @@ def test_a_pooled_ratio_is_the_median_of_log_ratios():
     for i, r in enumerate((0.8, 1.25, 1.0)):
         s.add(Role.SEARCH if i == 0 else Role.RACE, {FAST: True}, r, trial=0, m=program(r, "A"))
     only = pooled(s.runs)[0]
-    assert only.ratio == pytest.approx(1.0)
-    assert math.isclose(only.ratios[0], 0.8)
-    assert config_key(effective_config(only.first.flags, load_catalog()))
-    assert TrialOutcome(OutcomeKind.OK, "").ok
+    assert only.ratio == pytest.approx(1.0)  # not the mean (1.017), nor the first (0.8)
+    assert only.ratios == pytest.approx([0.8, 1.25, 1.0])
 
 
 def test_best_prints_the_pooled_figure_and_the_programs_other_trials(tmp_path):

@@ -257,7 +257,7 @@ def test_prune_point_replays_both_rules_pair_by_pair():
 
 
 def test_a_search_trial_carries_a_curve_only_when_pruning_applies_and_enough_trials_ran():
-    five = [steady(r, 6) for r in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    five = [running_ratios(*steady(r, 6)) for r in (1.0, 2.0, 3.0, 4.0, 5.0)]
     assert prune_curve(1.3, five, paired=True, time_only=True) == [3.0] * 6
     assert prune_curve(1.3, five[:4], paired=True, time_only=True) is None  # no limit anywhere
     assert prune_curve(1.3, [], paired=True, time_only=True) is None

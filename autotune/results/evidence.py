@@ -22,12 +22,12 @@ Pure: works on the plain `RunRecord`s storage hands out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from autotune.flags.compose import config_key
-from autotune.records import FlagValue, MeasureMode, Role, RunRecord
+from autotune.records import MeasureMode, Role, RunRecord
 from autotune.stats import RatioEstimate, paired_ratio
 
 #: Observations (timed processes) a program needs before it may be called best.
@@ -93,14 +93,6 @@ class ProgramEvidence:
         """The trial numbers of the configurations compiled to this program, in order."""
         numbers = {r.trial_number for r in self.members if r.trial_number is not None}
         return sorted(numbers)
-
-    @property
-    def configurations(self) -> list[Mapping[str, FlagValue]]:
-        """The distinct configurations compiled to this program, first measured first."""
-        seen: dict[str, Mapping[str, FlagValue]] = {}
-        for run in self.members:
-            seen.setdefault(config_key(run.flags), run.flags)
-        return list(seen.values())
 
     @property
     def backed(self) -> bool:
@@ -177,11 +169,6 @@ class _Programs:
         if run.trial_number is not None:
             self.of_trial.setdefault(run.trial_number, key)
         return key
-
-
-def by_trial(programs: Sequence[ProgramEvidence]) -> dict[int, ProgramEvidence]:
-    """Trial number -> the program its configuration compiled to."""
-    return {n: p for p in programs for n in p.trials}
 
 
 def incumbent(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
