@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from autotune._proc import deferred_interrupt
-from autotune.records import Role
+from autotune.records import SQLITE_TIMEOUT_S, Role
 
 if TYPE_CHECKING:
     import optuna
@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 #: How often opening Optuna's storage is retried while another process creates its tables.
 STORAGE_ATTEMPTS = 12
+
+#: How often a configuration whose worker died is queued again (a configuration that kills
+#: every worker that measures it is given up after this many).
+MAX_RETRY = 2
 
 
 def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> Any:
@@ -27,7 +31,8 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     with a short backoff, while another process creates the same tables at
     the same moment (a brand-new database opened by two processes). With
     `heartbeat_s`, a worker that stops beating for twice that long has its
-    trial failed and retried once (Optuna's heartbeat).
+    trial failed by the next `fail_stale_trials` and its configuration queued
+    again (`requeue`, at most `MAX_RETRY` times).
     """
     import random
     import time
@@ -36,11 +41,11 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     from sqlalchemy.exc import SQLAlchemyError
 
     extra: dict[str, Any] = {}
+    if url.startswith("sqlite"):  # wait for another worker's commit, as autotune's store does
+        extra["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
     if heartbeat_s:
-        with quiet_experimental():
-            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
-        extra = {"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
-                 "heartbeat_stale_trial_callback": retry}
+        extra.update({"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
+                      "heartbeat_stale_trial_callback": requeue})
     for attempt in range(STORAGE_ATTEMPTS):
         try:
             with quiet_experimental():
@@ -65,6 +70,31 @@ def set_aside(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
     assert why in SET_ASIDE
     trial.set_user_attr("outcome", why)
     study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def requeue(study: optuna.Study, trial: Any) -> None:
+    """Queue the configuration of `trial`, failed because its worker died, again for any
+    worker: Optuna's `RetryHeartbeatStaleTrialCallback` (the new WAITING trial records the
+    failed one in `failed_trial` and `retry_history`; at most `MAX_RETRY` times), with the
+    dead attempt's own attributes (outcome, owner, message) left behind."""
+    import copy
+
+    import optuna
+
+    again = copy.copy(trial)
+    again.user_attrs = {k: v for k, v in trial.user_attrs.items()
+                        if k not in ("outcome", "owner", "message", "run_id")}
+    with quiet_experimental():
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, again)
+
+
+def outcome_of(trial: Any) -> str | None:
+    """A trial's `outcome` user attribute; `interrupted` for a trial Optuna's heartbeat
+    failed (FAIL with no outcome told: its worker died mid-trial)."""
+    from optuna.trial import TrialState
+
+    told = trial.user_attrs.get("outcome")
+    return "interrupted" if told is None and trial.state is TrialState.FAIL else told
 
 
 def fail_trial_id(study: optuna.Study, trial_id: int) -> int:
@@ -144,5 +174,5 @@ def has_role(study: optuna.Study, role: Role) -> bool:
     """Whether a trial of `role` is queued, running or finished, not counting those set
     aside (interrupted, duplicate, not needed): those are to be run again."""
     return any(t.user_attrs.get("role") == role.value
-               and t.user_attrs.get("outcome") not in SET_ASIDE
+               and outcome_of(t) not in SET_ASIDE
                for t in study.get_trials(deepcopy=False))

@@ -43,3 +43,28 @@ def data_dir(name: str) -> Path:
         f"autotune's {name!r} folder is missing: looked in {packaged} (installed package) "
         f"and {checkout} (source checkout). Reinstall autotune, or run it from a checkout."
     )
+
+
+def source_digest() -> str:
+    """16 hex digits of SHA-256 over autotune's installed Python sources (each file's path
+    relative to the package, then its bytes, in sorted order).
+
+    Two installations that measure the same way give the same digest; workers of one
+    study must agree on it (`autotune.api.join_study`). Computed once per process.
+    """
+    global _DIGEST
+    if _DIGEST is None:
+        import hashlib
+
+        package = Path(__file__).resolve().parent
+        digest = hashlib.sha256()
+        for path in sorted(package.rglob("*.py")):
+            if "_data" in path.relative_to(package).parts:
+                continue
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        _DIGEST = digest.hexdigest()[:16]
+    return _DIGEST
+
+
+_DIGEST: str | None = None

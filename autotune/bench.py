@@ -12,7 +12,9 @@ Contract for a workload file (the benchmarks in `benchmarks/` and a user's
 shardings); autotune jits it if it is not. The file never imports optuna,
 sqlalchemy or the autotune CLI. `python -m autotune.bench FILE --preset P`
 measures a workload file on its own (the trial child, `autotune.child`,
-does the work).
+does the work). The child calls `workload(preset)` before it touches JAX
+itself, so a multi-process workload may call `jax.distributed.initialize`
+there first (see `benchmarks/distributed-mlp.py`).
 
 This module imports only the standard library.
 """
@@ -51,6 +53,14 @@ def report(work: Workload | Callable[[], Workload]) -> int:
     environment, measures, writes the result to the file the parent named
     (or prints it when run by hand) and returns 0; the configuration under
     test reaches the process through XLA_FLAGS or, in paired mode, the job.
+
+    Under a launcher (`--launcher`) every process of the program calls it at
+    the same point, after `jax.distributed.initialize`; process k > 0 writes
+    its result beside process 0's (`autotune.child.ranks`), so the parent's
+    scratch folder must be on a filesystem every host sees. Where several
+    processes run, one whose own measurement fails ends the program at once
+    with exit code 1 once its result is written (its peers would wait for it
+    forever), so the launcher can stop the others.
     """
     import os
 

@@ -3,24 +3,141 @@
 `Launcher` is the plug point (subprocess here; a replay launcher for tests and
 search benchmarks arrives with the search work). A launcher never raises for a
 bad configuration: it returns a `TrialOutcome` whose kind says what happened.
+
+A trial may run through a cluster launcher (`TrialRequest.launcher`, a
+template such as `srun -N 2 --ntasks-per-node 1 {cmd}`; `parse_template`),
+which may start several processes of the child. Every process gets the same
+environment; process 0 writes the result, process k > 0 writes its own file
+beside it (`autotune.protocol.rank_result_path`), and a failure any of them
+reports can decide the trial (`deciding_report`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+import shlex
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from autotune._proc import Finished, run_bounded
+from autotune.errors import UsageError
 from autotune.failures import classify_exit
 from autotune.measurement import ResultFileError, read_result
-from autotune.protocol import JOB_ENV, RESULT_ENV, Job, Phase
-from autotune.records import FlagValue, OutcomeKind, TrialOutcome
+from autotune.protocol import (
+    COORDINATOR_ENV,
+    JOB_ENV,
+    RANK_VARIABLES,
+    RESULT_ENV,
+    SIZE_VARIABLES,
+    Job,
+    Phase,
+)
+from autotune.records import FlagValue, Measurement, OutcomeKind, TrialOutcome
+
+#: The word of a launcher template that stands for the child's command line.
+CMD_PLACEHOLDER = "{cmd}"
+#: Statuses every process of a multi-process trial takes from process 0's decisions
+#: (`autotune.child.ranks`): another process reporting one adds nothing to process 0's.
+AGREED_STATUSES = frozenset({"pruned", "over_budget"})
+#: Variables an inherited environment may hold that would make a trial without a launcher
+#: believe it is one of several processes; such a trial runs without them.
+LAUNCHER_VARIABLES = (*RANK_VARIABLES, *SIZE_VARIABLES, COORDINATOR_ENV)
+
+
+def parse_template(text: str) -> tuple[str, ...]:
+    """Check a launcher template and return its words (`shlex.split`).
+
+    Exactly one word holds `{cmd}`. A word that is `{cmd}` alone becomes the
+    child's command line, word for word (`srun -N 2 {cmd}`); a word with more
+    around it gets the command line quoted for a POSIX shell (`shlex.join`),
+    for launchers that take one string (`ssh host 'cd /work && {cmd}'`). The
+    launcher must pass the environment on to every process (srun does; with
+    Open MPI add `-x AUTOTUNE_JOB -x AUTOTUNE_RESULT -x XLA_FLAGS`), should
+    end the others when one fails (`srun --kill-on-bad-exit=1`; mpirun and
+    `autotune._local_launch` do), and the trial's scratch folder must lie on
+    a filesystem every host sees.
+
+    Raises:
+        UsageError: the template is empty, does not parse (an open quote), has
+            no `{cmd}`, or has it more than once; the message says which.
+    """
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"--launcher {text!r} does not parse: {exc}") from exc
+    if not words:
+        raise UsageError("--launcher is empty: give a command such as "
+                         "'srun -N 2 --ntasks-per-node 1 {cmd}'")
+    holding = sum(word.count(CMD_PLACEHOLDER) for word in words)
+    if holding == 0:
+        raise UsageError(f"--launcher {text!r} has no {CMD_PLACEHOLDER}: write {CMD_PLACEHOLDER} "
+                         "where the trial's command goes, e.g. 'mpirun -n 2 {cmd}'")
+    if holding > 1:
+        raise UsageError(f"--launcher {text!r} has {CMD_PLACEHOLDER} {holding} times: "
+                         "write it once, where the trial's command goes")
+    return words
+
+
+def expand_template(words: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """The launcher's command line: `words` (from `parse_template`) with `{cmd}` replaced
+    by `argv` (see `parse_template`)."""
+    out: list[str] = []
+    for word in words:
+        if word == CMD_PLACEHOLDER:
+            out.extend(argv)
+        else:
+            out.append(word.replace(CMD_PLACEHOLDER, shlex.join(argv)))
+    return out
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one process of a multi-process trial wrote: its status, message and when
+    (`written_at`, seconds since the epoch; None where the file did not say)."""
+
+    rank: int
+    status: str
+    message: str
+    written_at: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        """A failure of this process's own (process 0's: any status but ok)."""
+        return self.status != "ok" and (self.rank == 0 or self.status not in AGREED_STATUSES)
+
+
+def deciding_report(reports: Iterable[RankReport]) -> RankReport | None:
+    """The report whose failure decides a multi-process trial, or None when none failed.
+
+    The first failure is taken for the cause: once one process fails, the
+    others fail in their next collective, later (`written_at`; hosts' clocks
+    are taken to agree; a report without a time counts as the latest; ties go
+    to the lowest rank). A status every process takes from process 0
+    (`AGREED_STATUSES`, pruned and over budget) is process 0's failure only, so
+    another rank's adds nothing. Where this is process 0's report, the trial
+    is judged as a single-process trial on process 0's result (how the
+    launcher ended, then the file); otherwise it takes this process's status
+    and its message prefixed with "process k: " (`rank_message`), whatever
+    the launcher did (a timeout included: a launcher that leaves the others
+    running after one failed lets them wait until the trial's limit).
+    """
+    failed = [r for r in reports if r.failed]
+    if not failed:
+        return None
+    return min(failed, key=lambda r: (math.inf if r.written_at is None else r.written_at, r.rank))
+
+
+def rank_message(report: RankReport) -> str:
+    """A report's message as the trial's: "process k: ..." for k > 0, process 0's as it is."""
+    return report.message if report.rank == 0 else f"process {report.rank}: {report.message}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +176,14 @@ class TrialRequest:
         reference: the configuration those options carry, for launchers that
             look results up rather than measure them.
         timed: False compiles only (for the program's fingerprint).
+        launcher: a cluster launcher's template (`parse_template`, e.g.
+            `srun -N 2 --ntasks-per-node 1 {cmd}`): the child's command line
+            runs through it, every process with the same environment, and the
+            result is process 0's (`launch` raises UsageError for a template
+            `parse_template` refuses: check it first). None: one child process,
+            which runs without
+            the rank and size variables (`LAUNCHER_VARIABLES`) this process
+            may have inherited from a launcher of its own.
     """
 
     workload: Path
@@ -80,6 +205,7 @@ class TrialRequest:
     reference_options: Mapping[str, Any] | None = None
     reference: Mapping[str, FlagValue] | None = None
     timed: bool = True
+    launcher: str | None = None
 
 
 class Launcher(ABC):
@@ -96,13 +222,26 @@ class Launcher(ABC):
         """Measure `request` and return what happened."""
 
 
+#: The variable naming where trials' scratch folders go: with a multi-host `launcher`,
+#: a folder every host sees (each process writes its result file there).
+SCRATCH_ENV = "AUTOTUNE_SCRATCH"
+
+
 class SubprocessLauncher(Launcher):
     """Launches `python -m autotune.child WORKLOAD` in a fresh process per trial.
 
+    With a request's `launcher` template the child's command line runs through
+    it, under the same guard and time limit (a timeout kills the launcher's
+    whole process group; a launcher must end its remote processes when it is
+    killed, as srun and mpirun do). The scratch folder holds every process's
+    result file: across hosts, `scratch_root` must be on a filesystem all of
+    them see.
+
     Args:
         python: the interpreter for the child (default: this one).
-        scratch_root: where per-trial scratch folders are made (default: system temp).
-        keep_scratch: keep the scratch folder (result file, logs, XLA dump).
+        scratch_root: where per-trial scratch folders are made (default: the folder
+            `AUTOTUNE_SCRATCH` names, else the system's temporary folder).
+        keep_scratch: keep the scratch folder (result files, logs, XLA dump).
     """
 
     def __init__(
@@ -112,7 +251,8 @@ class SubprocessLauncher(Launcher):
         keep_scratch: bool = False,
     ) -> None:
         self.python = python or sys.executable
-        self.scratch_root = scratch_root
+        scratch = os.environ.get(SCRATCH_ENV)
+        self.scratch_root = scratch_root or (Path(scratch) if scratch else None)
         self.keep_scratch = keep_scratch
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
@@ -130,12 +270,19 @@ class SubprocessLauncher(Launcher):
 
     def _argv(self, request: TrialRequest) -> list[str]:
         if request.command is not None:
-            return list(request.command)
-        return [self.python, "-m", "autotune.child", str(request.workload),
-                "--preset", request.preset]
+            argv = list(request.command)
+        else:
+            argv = [self.python, "-m", "autotune.child", str(request.workload),
+                    "--preset", request.preset]
+        if request.launcher is None:
+            return argv
+        return expand_template(parse_template(request.launcher), argv)
 
     def _child_env(self, request: TrialRequest, scratch: Path) -> dict[str, str]:
         env = dict(os.environ)
+        if request.launcher is None:
+            for name in LAUNCHER_VARIABLES:
+                env.pop(name, None)
         env.update(request.env)
         env[RESULT_ENV] = str(scratch / "result.json")
         env[JOB_ENV] = Job(
@@ -158,6 +305,8 @@ class SubprocessLauncher(Launcher):
             signal=-rc if rc is not None and rc < 0 else None,
             stdout_tail=run.stdout, stderr_tail=run.stderr,
         )
+        if request.launcher is not None and (failed := _rank_failure(result, base)):
+            return failed
         decided = classify_exit(rc, run.timed_out, run.stderr_head + run.stderr,
                                 request.timeout_s, request.memory_limit_bytes)
         if decided is not None:
@@ -166,7 +315,44 @@ class SubprocessLauncher(Launcher):
         if request.command is not None and not result.exists():
             outcome = replace(outcome, message=outcome.message + "; does the command call "
                               "autotune.bench.report()?")
+        if request.launcher is not None and outcome.ok and rc != 0:
+            last = (run.stderr.strip().splitlines() or [""])[-1]
+            outcome = replace(outcome, kind=OutcomeKind.CRASHED, message=(
+                f"process 0 reported success but the launcher exited with code {rc}: another "
+                f"process ended without a result ({last})"))
         return outcome
+
+
+def rank_files(result: Path) -> dict[int, Path]:
+    """The result files of a trial's processes beside process 0's `result`, by rank
+    (process 0's included where it exists)."""
+    found = {0: result} if result.exists() else {}
+    pattern = re.compile(re.escape(result.name) + r"\.(\d+)")
+    for path in result.parent.glob(result.name + ".*"):
+        if (match := pattern.fullmatch(path.name)) and int(match.group(1)) > 0:
+            found[int(match.group(1))] = path
+    return found
+
+
+def _rank_failure(result: Path, base: TrialOutcome) -> TrialOutcome | None:
+    """The outcome a failure of another process than 0 decides (`deciding_report`),
+    with process 0's measurement where it wrote one; None where process 0's result,
+    or how the launcher ended, decides. An unreadable file counts as no report."""
+    reports: dict[int, tuple[RankReport, Measurement | None]] = {}
+    for rank, path in rank_files(result).items():
+        try:
+            kind, message, measurement = read_result(path)
+            stamp = json.loads(path.read_text(encoding="utf-8")).get("written_at")
+        except (ResultFileError, OSError, ValueError):
+            continue
+        reports[rank] = (RankReport(rank, kind.value, message, stamp), measurement)
+    deciding = deciding_report(report for report, _ in reports.values())
+    if deciding is None or deciding.rank == 0:
+        return None
+    zero = reports[0][1] if 0 in reports else None
+    measurement = zero if zero is not None else reports[deciding.rank][1]
+    return replace(base, kind=OutcomeKind(deciding.status), message=rank_message(deciding),
+                   measurement=measurement)
 
 
 def _from_result_file(result: Path, base: TrialOutcome) -> TrialOutcome:

@@ -11,6 +11,11 @@ Standard library only (the child imports it before jax).
 - The child writes one JSON object to the file named by `RESULT_ENV`
   (`SCHEMA_VERSION`, `status`, `message` and what it measured);
   `parse_result` checks it field by field.
+- A trial run through a launcher may be several processes of one workload.
+  Each knows its rank from the launcher's variables (`RANK_VARIABLES`,
+  `autotune.child.ranks`); process 0 writes the file named by `RESULT_ENV`,
+  process k > 0 writes `rank_result_path(that, k)`. That path must lie on a
+  filesystem every host of the trial sees.
 """
 
 from __future__ import annotations
@@ -30,6 +35,15 @@ JOB_ENV = "AUTOTUNE_JOB"
 RESULT_ENV = "AUTOTUNE_RESULT"
 #: Paired steps timed before a candidate may be pruned.
 PRUNE_AFTER = 6
+#: The variables in which a launcher tells each process its rank, in the order they are
+#: believed: the local launcher's (`autotune._local_launch`, and JAX's own name), then an
+#: MPI launcher's, then Slurm's. An MPI launcher started inside a Slurm allocation inherits
+#: the allocation's SLURM_PROCID, the same in every process, so its own variable goes first.
+RANK_VARIABLES = ("JAX_PROCESS_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+#: The variables that say how many processes the launcher started, in the same order.
+SIZE_VARIABLES = ("JAX_NUM_PROCESSES", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+#: Where the local launcher tells JAX's processes to meet (`jax.distributed.initialize`).
+COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 
 OptionValue = bool | int | float | str
 
@@ -135,6 +149,19 @@ class Job:
         return cls(**body)
 
 
+def rank_result_path(path: str, rank: int) -> str:
+    """The result file of process `rank` of a trial whose `RESULT_ENV` is `path`.
+
+    Process 0 writes `path` itself (a single-process trial is process 0), process
+    k > 0 writes `path.k`. The parent reads process 0's result and the others'
+    statuses (`autotune.launcher.deciding_report`). Raises ValueError for a
+    negative rank.
+    """
+    if rank < 0:
+        raise ValueError(f"a process rank is 0 or more, got {rank}")
+    return path if rank == 0 else f"{path}.{rank}"
+
+
 def _json_object(document: str, text: str, unreadable: str) -> dict[str, Any]:
     try:
         body = json.loads(text)
@@ -229,12 +256,16 @@ def _options_ok(options: object) -> bool:
 #: Result fields that are lists of step times: each a positive finite number of seconds.
 TIME_LISTS = ("step_times_s", "baseline_step_times_s", "warmup_times_s",
               "baseline_warmup_times_s")
-#: Result fields that are one non-negative finite number when present.
+#: Result fields that are one non-negative finite number when present (`written_at`: when
+#: the child wrote the document, in seconds since the epoch; a multi-process trial's
+#: earliest failure is its cause, `autotune.launcher.deciding_report`).
 NUMBERS = ("compile_time_s", "baseline_compile_time_s", "first_step_time_s",
-           "baseline_first_step_time_s", "checksum", "baseline_checksum", "abs_sum")
-#: Result fields that are one non-negative integer when present.
+           "baseline_first_step_time_s", "checksum", "baseline_checksum", "abs_sum",
+           "written_at")
+#: Result fields that are one non-negative integer when present (`process_count` and
+#: `process_index`: JAX's processes of the trial, and which one wrote the document).
 COUNTS = ("peak_memory_bytes", "rss_peak_bytes", "device_count", "warmup_steps",
-          "same_program_as")
+          "same_program_as", "process_count", "process_index")
 #: Result fields that are text when present.
 TEXTS = ("message", "mode", "fingerprint", "baseline_fingerprint", "memory_source",
          "jax_version", "jaxlib_version", "backend", "device_kind", "output_dtype")

@@ -6,9 +6,11 @@ rows; the launcher returns them; analysis consumes them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -186,7 +188,12 @@ class TrialOutcome:
 
 @dataclass(frozen=True)
 class Environment:
-    """Where measurements were taken."""
+    """Where measurements were taken: the facts a worker records of its environment.
+
+    `driver_version` is the GPU's kernel driver (NVIDIA's or AMD's), None where
+    there is none (CPU, TPU) or it cannot be read; `runtime_version` is the
+    backend's platform version where it names one (e.g. `cuda 12080`), else None.
+    """
 
     host: str
     python_version: str
@@ -195,6 +202,36 @@ class Environment:
     backend: str
     device_kind: str
     device_count: int
+    driver_version: str | None = None
+    runtime_version: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """All the facts, the host included, as 16 hex digits (one stored row per value)."""
+        return _digest(asdict(self))
+
+    def key(self, mode: MeasureMode) -> str:
+        """The environment key of a study measured in `mode`: 16 hex digits.
+
+        Claims, baselines, known programs and the ranking are kept per key, so
+        a ratio is only ever taken against a baseline of the same environment.
+        PAIRED: every fact but the host. The ratio is taken inside one process,
+        so identical machines (same devices, driver, runtime, versions) share
+        one environment: one baseline, one set of known programs, one ranking.
+        DIRECT: the host too, which is then the fingerprint. A step time is
+        compared with a baseline run in another process, which only holds on
+        the same machine.
+        """
+        facts = asdict(self)
+        if mode is MeasureMode.PAIRED:
+            del facts["host"]
+        return _digest(facts)
+
+
+def _digest(facts: Mapping[str, Any]) -> str:
+    """16 hex digits of sha256 over the canonical JSON of `facts`."""
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -214,6 +251,9 @@ class StudyRecord:
     #: The search space fitted to the workload, as stored (the JSON document of
     #: `autotune.spaces.fit.SpaceFit`); None until the study fitted it, or never (--no-fit).
     space_fit: Mapping[str, Any] | None = None
+    #: The stored plan (JSON): the fields a re-run must match and, under `recipe`, how a
+    #: worker rebuilds the plan (`autotune.api.join_study`); None for studies made before.
+    plan: Mapping[str, Any] | None = None
 
     @property
     def multi_objective(self) -> bool:
@@ -298,6 +338,10 @@ class ClaimRecord:
 
 #: Seconds between two heartbeats of a claim while its measurement runs (`Store.beat`).
 CLAIM_BEAT_S = 10.0
+
+#: Seconds a SQLite connection waits for another writer's commit before it fails (the busy
+#: timeout: several workers share one file).
+SQLITE_TIMEOUT_S = 30.0
 
 #: A RUNNING claim is live while its last heartbeat is at most this old (three beats
 #: missed: the process that holds it is gone or stuck); see `Store.live_claims`.

@@ -43,6 +43,7 @@ from autotune._optuna import (
     has_role,
     quiet_experimental,
     rdb_storage,
+    requeue,
     set_aside,
     trials_in,
 )
@@ -57,6 +58,7 @@ from autotune.records import (
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
+    Environment,
     FlagValue,
     MeasureMode,
     OutcomeKind,
@@ -135,18 +137,25 @@ class StudyPlan:
     prune_margin: float | None = 1.3
     objectives: tuple[Objective, ...] = (Objective.TIME,)
     memory_budget_bytes: int | None = None
+    #: Seconds between heartbeats (Optuna's of a trial, ours of a claim every third of it);
+    #: a worker silent for twice this long is dead: its trial failed and queued again.
     heartbeat_s: int = 30
     racing: bool = True
     fit: bool = True
+    #: A cluster launcher template each trial runs through (`{cmd}` is the child), or None.
+    launcher: str | None = None
+    #: How a worker rebuilds this plan (`autotune.api.join_study`): stored by `prepare`
+    #: with the study; None (a worker's own plan, or the Python API's) stores nothing.
+    recipe: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def recorded(self) -> dict[str, Any]:
         """The plan fields stored with the study, beyond its columns (JSON-ready).
 
         A re-run must ask for the same: the space file's and workload file's
         content (hashed), the command, steps, warm-up, sampler, prune margin
-        and the time and memory limits of a trial, and whether the space is
-        fitted to the workload (`fit`). `trials` and `seed` may change
-        (running more trials continues the study).
+        and the time and memory limits of a trial, whether the space is
+        fitted to the workload (`fit`), and the cluster launcher (`launcher`).
+        `trials` and `seed` may change (running more trials continues the study).
         """
         return {
             "space_sha256": _sha256(self.space.path),
@@ -157,6 +166,7 @@ class StudyPlan:
             "timeout_per_trial": self.timeout_per_trial,
             "memory_limit_bytes": self.memory_limit_bytes,
             "fit": self.fit,
+            "launcher": self.launcher,
         }
 
     def sampler_choice(self) -> SamplerChoice:
@@ -196,15 +206,21 @@ class StudyRunner:
         launcher: how each trial is measured.
         storage: the same database's URL for Optuna's tables (heartbeats on),
             or an Optuna storage object (e.g. in memory, for search benchmarks).
+        facts: the environment this process measures in (`ProbeReport.environment`);
+            None keys the environment by the host alone (recorded tables, tests).
     """
 
-    def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage: Any):
+    def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage: Any,
+                 facts: Environment | None = None):
         self.plan = plan
         self.store = store
         self.launcher = launcher
         self.storage = storage
         self.choice = plan.sampler_choice()
-        self.env_key = environment_key()
+        #: Where this process measures (the probe's facts), and the key of that
+        #: environment: claims, baselines and known programs are kept per key.
+        self.facts = facts
+        self.env_key = environment_key(facts, plan.mode)
         self.owner = (platform.node(), os.getpid())
         self.judge = TrialJudge(_settings(plan), _catalog(), lambda: store.runs(
             plan.name, roles=[Role.BASELINE], env_key=self.env_key))
@@ -231,35 +247,69 @@ class StudyRunner:
                                 space_backend=p.space.backend,
                                 objectives=[o.value for o in p.objectives],
                                 memory_budget_bytes=p.memory_budget_bytes, plan=p.recorded())
+        if p.recipe is not None:
+            self.store.set_recipe(p.name, p.recipe)
         if self._study is None:
             self._study = self._open_optuna()
         self.reap(self._study)
         return self._study
 
-    def reap(self, study: optuna.Study) -> int:
-        """Mark interrupted the trials and claims of processes that died (SIGKILL, a crash).
+    @property
+    def grace_s(self) -> float:
+        """Seconds of silence after which a worker counts as dead: two heartbeats."""
+        return 2.0 * self.plan.heartbeat_s
 
-        A process of this host that is gone, or a trial that Optuna's heartbeat
-        failed already (a worker on another host): its RUNNING trial is failed
-        with outcome `interrupted` and its claim released, so the configuration
-        can be measured again. Returns how many trials were marked.
+    def reap(self, study: optuna.Study) -> int:
+        """Mark interrupted the trials and claims of processes that died (SIGKILL, a crash,
+        a machine gone), and queue their configurations again.
+
+        A trial is dead when Optuna's heartbeat of it is older than `grace_s`
+        (`fail_stale_trials`, any host) or its owner is a process of this host
+        that is gone; it is failed (a stale one carries no outcome, which
+        `_optuna.outcome_of` reads as `interrupted`; a local one is told
+        `interrupted`) and its configuration queued again as a WAITING trial
+        for any worker (`_optuna.requeue`). A running claim is released
+        (state `interrupted`: it may be claimed again) when its trial has
+        finished, its owner is a dead process of this host, or its own
+        heartbeat is older than `grace_s` (confirmation, race, fit and shrink
+        claims have no trial). Returns how many trials were marked.
         """
+        from optuna.storages import fail_stale_trials
+
+        with quiet_experimental():
+            fail_stale_trials(study)  # other hosts' dead workers: failed, queued again
         marked = 0
         for trial in trials_in(study, "RUNNING"):
             owner = _owner_of(trial.user_attrs.get("owner"))
-            if owner is not None and not _owner_alive(owner):
-                marked += fail_trial_id(study, trial._trial_id)
+            if owner is not None and not _owner_alive(owner) and fail_trial_id(
+                    study, trial._trial_id):
+                marked += 1
+                requeue(study, study._storage.get_trial(trial._trial_id))
         finished = {t.number for t in study.get_trials(deepcopy=False)
                     if t.state.is_finished()}
-        for claim in self.store.claims(self.plan.name, [ClaimState.RUNNING]):
+        running = self.store.claims(self.plan.name, [ClaimState.RUNNING])
+        live = {c.id for c in self.store.live_claims(self.plan.name, self.grace_s)} \
+            if running else set()
+        for claim in running:
             owner = (claim.owner_host, claim.owner_pid)
             failed = claim.role in MEASURED_ROLES and claim.trial_number in finished
-            if not _owner_alive(owner) or failed:  # (a confirmation names a finished trial)
-                self.store.release(claim.id)
+            if not _owner_alive(owner) or failed or claim.id not in live:
+                self.store.release(claim.id)  # (a confirmation names a finished trial)
         return marked
 
-    def run(self, on_trial: Callable[[TrialEvent], None] | None = None) -> RunSummary:
-        """Launch trials until the study holds `plan.trials` measured ones, in all processes.
+    def others_searching(self) -> bool:
+        """Whether another live process still measures search trials (or races) in this
+        environment: the process that finds none when its search is done is the last,
+        and confirms (`autotune worker`)."""
+        self.prepare()  # dead processes' claims released first
+        return any(c.role in BUDGET_ROLES and (c.owner_host, c.owner_pid) != self.owner
+                   for c in self.store.live_claims(self.plan.name, self.grace_s)
+                   if c.env_key == self.env_key)
+
+    def run(self, on_trial: Callable[[TrialEvent], None] | None = None,
+            limit: int | None = None) -> RunSummary:
+        """Launch trials until the study holds `plan.trials` measured ones, in all processes
+        (or until this process has launched `limit`).
 
         Each configuration is claimed in the database before it is measured
         (`Store.claim`), so several processes on one study never overshoot
@@ -277,7 +327,7 @@ class StudyRunner:
         while True:
             raise_if_interrupted()  # a Ctrl-C that Python swallowed (see interrupt_latch)
             view = self._view()
-            if view.held >= self.plan.trials:
+            if view.held >= self.plan.trials or (limit is not None and launched >= limit):
                 return RunSummary(launched, reused)
             if streak >= MAX_REPEATED_PROPOSALS:
                 return RunSummary(launched, reused, _exhausted_note(streak))
@@ -296,6 +346,9 @@ class StudyRunner:
                                   "measured or is being measured")
             if step == ClaimVerdict.FULL:
                 return RunSummary(launched, reused)
+            if step == "wait":  # the baseline or the fit is under way in another process
+                time.sleep(POLL_S)
+                continue
             if run is None:  # reused, or claimed by another process meanwhile
                 reused, streak = reused + (step == "reused"), streak + 1
                 continue
@@ -310,7 +363,9 @@ class StudyRunner:
         """Ask for one configuration and measure it unless it is measured or claimed already.
 
         Returns ("launched", run), ("reused", None), ("exhausted", None) when a
-        grid has nothing left, or (verdict, None) when the claim was refused.
+        grid has nothing left, ("wait", None) when a proposal came before the
+        baseline or the fit (`_too_early`), or (verdict, None) when the claim was
+        refused.
         """
         trial: optuna.Trial | None = None
         claim: ClaimRecord | None = None
@@ -321,6 +376,9 @@ class StudyRunner:
                 with quiet_experimental():
                     trial = study.ask()
                 trial.set_user_attr("owner", _owner_text(self.owner))
+                if self._too_early(trial, view):
+                    set_aside(study, trial, "not_needed")
+                    return "wait", None
             role, config = self._proposal(trial)
             prior = view.index.get(config) if role is not Role.BASELINE else None
             if prior is not None:
@@ -344,6 +402,15 @@ class StudyRunner:
                 if claim is not None:
                     self.store.release(claim.id)
             raise
+
+    def _too_early(self, trial: optuna.Trial, view: StudyView) -> bool:
+        """Whether `trial` is a new proposal (no queued role) asked before this environment's
+        baseline is measured or the study's space is fitted: another process took the
+        queued baseline between this one's `_enqueue_next` and its `ask`. Nothing may be
+        sampled before the fit (Optuna keeps the first distributions of a param)."""
+        if "role" in trial.user_attrs:
+            return False
+        return not view.index.baseline_ok() or (self.plan.fit and self._fit is None)
 
     def _race(self, view: StudyView) -> tuple[str, RunRecord | None]:
         """Measure the search's leader again when it is not yet backed by enough processes
@@ -374,7 +441,7 @@ class StudyRunner:
             raise
         with deferred_interrupt():
             ratio = self.judge.ratio(outcome)
-            environment = environment_of(outcome.measurement)
+            environment = environment_of(outcome.measurement, self.facts)
             user_env = self.judge.user_env(first.flags)
             run_id = self.store.record_run(
                 self.plan.name, number, Role.RACE, first.flags, user_env, outcome, environment,
@@ -491,7 +558,8 @@ class StudyRunner:
         with deferred_interrupt():
             self.store.record_run(self.plan.name, None, Role.FINGERPRINT, dict(config),
                                   self.judge.user_env(config), outcome,
-                                  environment_of(outcome.measurement), env_key=self.env_key)
+                                  environment_of(outcome.measurement, self.facts),
+                                  env_key=self.env_key)
         m = outcome.measurement
         return m.fingerprint if outcome.ok and m is not None else None
 
@@ -577,15 +645,32 @@ class StudyRunner:
         with deferred_interrupt():
             self.store.record_run(self.plan.name, number, step.role, step.flags,
                                   self.judge.user_env(step.flags), outcome,
-                                  environment_of(outcome.measurement), env_key=self.env_key)
+                                  environment_of(outcome.measurement, self.facts),
+                                  env_key=self.env_key)
         return outcome
 
     def _measure(self, request: TrialRequest, claim_id: int) -> TrialOutcome:
         """Launch one measurement under the claim `claim_id`, beating its heartbeat every
-        `CLAIM_BEAT_S` seconds meanwhile, so readers see a live worker
-        (`Store.live_claims`)."""
-        with claim_heartbeat(self.store, claim_id, CLAIM_BEAT_S):
+        `CLAIM_BEAT_S` seconds (a third of `plan.heartbeat_s` where that is shorter)
+        meanwhile, so readers see a live worker (`Store.live_claims`)."""
+        with claim_heartbeat(self.store, claim_id, min(CLAIM_BEAT_S, self.plan.heartbeat_s / 3)):
             return self.launcher.launch(request)
+
+    def run_until_done(self, on_trial: Callable[[TrialEvent], None] | None = None,
+                       limit: int | None = None) -> RunSummary:
+        """`run`, then wait for the other processes' search trials, and run again while
+        the study holds fewer than `plan.trials` (a dead worker's trial was failed and
+        its configuration queued again): returns once the search is complete, or this
+        process launched `limit`."""
+        launched = reused = 0
+        while True:
+            summary = self.run(on_trial, None if limit is None else limit - launched)
+            launched, reused = launched + summary.launched, reused + summary.reused
+            if summary.stopped is not None or (limit is not None and launched >= limit):
+                return RunSummary(launched, reused, summary.stopped)
+            self._wait_for_search()
+            if self.remaining() == 0:
+                return RunSummary(launched, reused)
 
     def _wait_for_search(self) -> None:
         """Block while other processes still measure search trials in this environment, so
@@ -613,7 +698,8 @@ class StudyRunner:
         with deferred_interrupt():
             self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
                                   self.judge.user_env(flags), outcome,
-                                  environment_of(outcome.measurement), env_key=self.env_key,
+                                  environment_of(outcome.measurement, self.facts),
+                                  env_key=self.env_key,
                                   claim_id=claim.id)
         return outcome
 
@@ -715,7 +801,7 @@ class StudyRunner:
             if ratio is None and (prior := _measured_by(outcome, index)) is not None:
                 outcome, ratio = _carried(outcome, prior), prior.ratio
             user_env = self.judge.user_env(config)
-            environment = environment_of(outcome.measurement)
+            environment = environment_of(outcome.measurement, self.facts)
             retry = role is Role.BASELINE and not outcome.ok
             run_id = self.store.record_run(
                 self.plan.name, trial.number, role, config, user_env, outcome, environment,
@@ -831,6 +917,7 @@ def _settings(plan: StudyPlan) -> RequestSettings:
         base_env=with_device_count(plan.base_env, plan.devices), steps=plan.steps,
         warmup=plan.warmup, max_warmup=plan.max_warmup, timeout_s=plan.timeout_per_trial,
         memory_limit_bytes=plan.memory_limit_bytes, command=plan.command,
+        launcher=plan.launcher,
     )
 
 

@@ -44,24 +44,35 @@ def with_device_count(env: Mapping[str, str], devices: int) -> dict[str, str]:
     return out
 
 
-def environment_key() -> str:
-    """The environment this process measures in, as known before any child runs: the host.
+def environment_key(facts: Environment | None = None,
+                    mode: MeasureMode = MeasureMode.PAIRED) -> str:
+    """The environment this process measures in, as known before any trial child runs.
 
     Claims, baselines and known programs are kept per environment key, so a
-    ratio is only ever taken against a baseline of the same machine.
+    ratio is only ever taken against a baseline of the same environment.
+    With `facts` (the probe's, `ProbeReport.environment`): `facts.key(mode)`,
+    16 hex digits over the devices, driver, runtime and versions, and in
+    DIRECT mode the host too (`records.Environment.key` says why). Without:
+    the host, the key of runs stored before environments had facts.
     """
-    return platform.node()
+    return platform.node() if facts is None else facts.key(mode)
 
 
-def environment_of(m: Measurement | None) -> Environment | None:
-    """Where a measurement was taken (this host, the child's versions and devices)."""
+def environment_of(m: Measurement | None, facts: Environment | None = None
+                   ) -> Environment | None:
+    """Where a measurement was taken: the trial child's versions and devices, with the
+    rest of `facts` (host, Python, driver and runtime versions, which the child does not
+    report); without `facts`, this host and Python and no driver or runtime."""
     if m is None:
         return None
-    return Environment(
-        host=platform.node(), python_version=platform.python_version(),
-        jax_version=m.jax_version, jaxlib_version=m.jaxlib_version, backend=m.backend,
-        device_kind=m.device_kind, device_count=m.device_count,
-    )
+    base = facts or Environment(
+        host=platform.node(), python_version=platform.python_version(), jax_version="",
+        jaxlib_version="", backend="", device_kind="", device_count=0)
+    return replace(
+        base, jax_version=m.jax_version or base.jax_version,
+        jaxlib_version=m.jaxlib_version or base.jaxlib_version,
+        backend=m.backend or base.backend, device_kind=m.device_kind or base.device_kind,
+        device_count=m.device_count or base.device_count)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,8 @@ class RequestSettings:
     timeout_s: float
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
+    #: a cluster launcher's template (`autotune.launcher.parse_template`), or None: one process
+    launcher: str | None = None
 
 
 class TrialJudge:
@@ -107,7 +120,7 @@ class TrialJudge:
             compiler_options=options, steps=s.steps, warmup=s.warmup, max_warmup=s.max_warmup,
             timeout_s=s.timeout_s, memory_limit_bytes=s.memory_limit_bytes,
             command=s.command, flags=dict(config),
-            workdir=Path.cwd() if s.command is not None else None,
+            workdir=Path.cwd() if s.command is not None else None, launcher=s.launcher,
         )
 
     def user_env(self, config: Mapping[str, FlagValue]) -> dict[str, str]:

@@ -286,7 +286,7 @@ def test_studies_lists_what_the_database_holds(finished_study):
     [
         (["study", "--space", "nope"], "unknown search space 'nope'. Known spaces: cpu"),
         (["study", "--space", "cpu", "--benchmark", "nope"],
-         "unknown benchmark 'nope'. Known benchmarks: collective-matmul, matmul"),
+         "unknown benchmark 'nope'. Known benchmarks: collective-matmul, distributed-mlp, matmul"),
         (["study", "--space", "cpu", "--sampler", "nope"], "unknown sampler 'nope'"),
         (["study", "--space", "cpu", "--preset", "huge"], "unknown preset 'huge'"),
         (["study", "--space", "cpu", "--storage", "foo://x"], "unknown database kind 'foo'"),

@@ -160,6 +160,8 @@ def test_a_real_child_stops_above_the_curve_though_within_the_margin(workloads_d
     assert 6 <= len(outcome.measurement.step_times_s) < 20
     unpruned = TrialRequest(workloads_dir / "toy.py", "tiny", steps=8, warmup=1, max_warmup=2,
                             compiler_options={}, prune_ratio=100.0,
-                            prune_curve=(None,) * 7 + (0.5,))
-    late = SubprocessLauncher().launch(unpruned)  # the curve limits the eighth pair only
+                            prune_curve=(None,) * 7 + (0.2,))
+    # the curve limits the eighth pair only (0.2: no load spike takes the lowest running
+    # ratio of XLA's defaults against themselves that far down)
+    late = SubprocessLauncher().launch(unpruned)
     assert late.kind is OutcomeKind.PRUNED and "after 8 paired steps" in late.message

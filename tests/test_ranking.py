@@ -618,7 +618,8 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
                                    "search_speedup", "confirmed_speedup",
                                    "confirmed_interval", "verdict", "recommended",
                                    "peak_memory_bytes", "same_program", "observations",
-                                   "pooled_speedup", "pooled_interval", "program_trials"])
+                                   "pooled_speedup", "pooled_interval", "program_trials",
+                                   "environment"])
     # trial 2's program: its search run (0.85) and three confirmation runs (0.88) pooled
     assert real["observations"] == 4 and real["program_trials"] == [2]
     assert real["pooled_speedup"] == pytest.approx(1 / 0.88)

@@ -8,6 +8,7 @@ imported inside the functions that run here, never by the parent.
 
 Modules: `workload` (load a workload file), `failure` (a classified failure
 of the configuration), `timing` (compile, warm up, time, numerics facts),
-`program` (facts about the compiled program), `run` (the phases and the
-result file). Benchmark scripts may use their public names.
+`program` (facts about the compiled program), `ranks` (which process of a
+multi-process trial this is, and process 0's decisions for all), `run` (the
+phases and the result file). Benchmark scripts may use their public names.
 """

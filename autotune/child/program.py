@@ -70,14 +70,15 @@ def memory_figures(compiled: Any, direct: bool) -> dict[str, Any]:
     the backend has one and the process ran only this executable (DIRECT
     mode); otherwise the compiled program's own footprint from
     `memory_analysis` (arguments + outputs + temporaries - aliased + code).
-    The process's peak RSS is recorded beside it.
+    The process's peak RSS is recorded beside it. Figures are this process's (its
+    first local device), also in a multi-process trial.
     """
     import resource
 
     import jax
 
     program = program_bytes(compiled)
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     device_peak = stats.get("peak_bytes_in_use")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     peak: int | None = program

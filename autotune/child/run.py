@@ -3,14 +3,25 @@
 A failing configuration is a result: the child still writes its file, with
 `status` set to the failure kind, and exits 0. The parent reads the kind
 from the file (`autotune.protocol.parse_result`).
+
+In a multi-process trial (a launcher started several processes,
+`autotune.child.ranks`) each process writes its own file, process 0 the one
+the parent named. The workload is built before anything else touches JAX, so
+it may call `jax.distributed.initialize` first. The adaptive decisions are
+process 0's in every process. A process whose own run fails (an exception,
+not an outcome every process agreed on) writes its file and leaves at once
+with exit code 1 (`os._exit`, past JAX's shutdown barrier, which would wait
+for the others forever), so the launcher can end the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,16 +34,23 @@ from autotune.child.program import (
     program_bytes,
     program_fingerprint,
 )
+from autotune.child.ranks import (
+    Agree,
+    process_0_agreement,
+    process_rank,
+    process_total,
+    result_path,
+)
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import build_workload
-from autotune.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
+from autotune.protocol import JOB_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
 from autotune.stopping import over_budget
 
 #: The longest failure message kept in a result (the tail of XLA's text).
 MESSAGE_CHARS = 4000
 
 
-def measure(work: Workload, job: Job) -> dict[str, Any]:
+def measure(work: Workload, job: Job, rank: int = 0) -> dict[str, Any]:
     """Run the job's phases on a workload; the dict is the result file's body.
 
     Compile always (and fingerprint the program). A candidate whose program
@@ -41,49 +59,69 @@ def measure(work: Workload, job: Job) -> dict[str, Any]:
     `job.memory_budget_bytes` is not timed either: its status is
     `over_budget`. Without the `measure` phase nothing is timed. Raises
     Failure for a configuration that fails.
+
+    With several JAX processes, whether the program is known and whether it is
+    over budget are process 0's answers in every process, and so are warm-up
+    and pruning (`autotune.child.ranks.process_0_agreement`). `rank` names the
+    process's own compiler dumps (process k > 0: `dump-k/`).
     """
     import jax
 
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
     lowered = step.lower(*work.args)
+    agree = process_0_agreement()
     result: dict[str, Any] = {"mode": "paired" if job.paired else "direct"}
+    dumps = _dump_root(job.artifact_dir, rank)
     cand, result["compile_time_s"] = compile_lowered(
-        lowered, job.compiler_options or {}, _subdir(job.artifact_dir, "candidate"))
-    result["fingerprint"] = program_fingerprint(_subdir(job.artifact_dir, "candidate"))
+        lowered, job.compiler_options or {}, _subdir(dumps, "candidate"))
+    result["fingerprint"] = program_fingerprint(_subdir(dumps, "candidate"))
     known = job.known_programs.get(result["fingerprint"] or "")
     footprint = program_bytes(cand)
+    over = over_budget(footprint, job.memory_budget_bytes)
+    if agree is not None:  # process 0's decisions, in one collective
+        known_0, over_0 = agree([-1.0 if known is None else float(known), float(over)])
+        known, over = (None if known_0 < 0 else int(known_0)), bool(over_0)
     if known is not None:
         result.update(same_program_as=known,
                       message=f"the same program as trial {known}, which measured it")
-    elif over_budget(footprint, job.memory_budget_bytes):
+    elif over:
         result.update(status="over_budget", message=(
             f"the compiled program needs {footprint} bytes, above the memory budget of "
             f"{job.memory_budget_bytes} bytes: not timed"))
     elif Phase.MEASURE in job.phases:
-        result.update(_timed(lowered, cand, work.args, job))
+        result.update(_timed(lowered, cand, work.args, job, dumps, agree))
     result["hlo_stats"] = hlo_stats(cand)
     result["collectives"] = collectives(cand)
     result.update(memory_figures(cand, direct=not job.paired))
     return result
 
 
-def _timed(lowered: Any, cand: Any, args: tuple[Any, ...], job: Job) -> dict[str, Any]:
+def _timed(lowered: Any, cand: Any, args: tuple[Any, ...], job: Job, dumps: str | None,
+           agree: Agree | None) -> dict[str, Any]:
     """The measure phase: PAIRED against a baseline compiled here (with the job's
     `reference_options`, XLA's defaults unless given), or DIRECT alone."""
     if not job.paired:
-        return {**time_direct(cand, args, job), **numerics_facts(cand, None, args)}
+        return {**time_direct(cand, args, job, agree), **numerics_facts(cand, None, args)}
     base, base_seconds = compile_lowered(lowered, job.reference_options or {},
-                                         _subdir(job.artifact_dir, "baseline"))
+                                         _subdir(dumps, "baseline"))
     return {
         "baseline_compile_time_s": base_seconds,
-        "baseline_fingerprint": program_fingerprint(_subdir(job.artifact_dir, "baseline")),
-        **time_paired(base, cand, args, job),
+        "baseline_fingerprint": program_fingerprint(_subdir(dumps, "baseline")),
+        **time_paired(base, cand, args, job, agree),
         **numerics_facts(cand, base, args),
     }
 
 
+def _dump_root(artifact_dir: str | None, rank: int) -> str | None:
+    """The folder under which a process dumps: `dump/` for process 0, `dump-k/` for k > 0
+    (the processes of one trial share its artifact folder)."""
+    if not artifact_dir:
+        return None
+    return os.path.join(artifact_dir, "dump" if rank == 0 else f"dump-{rank}")
+
+
 def _subdir(root: str | None, name: str) -> str | None:
-    return os.path.join(root, "dump", name) if root else None
+    return os.path.join(root, name) if root else None
 
 
 def _versions() -> dict[str, Any]:
@@ -97,12 +135,16 @@ def _versions() -> dict[str, Any]:
         "backend": jax.default_backend(),
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
+        "process_count": jax.process_count(),
+        "process_index": jax.process_index(),
     }
 
 
 def write_result(path: str | None, body: dict[str, Any]) -> None:
-    """Write the result document (to stdout when no path is given)."""
-    text = json.dumps({"schema_version": SCHEMA_VERSION, **body}, indent=1)
+    """Write the result document (to stdout when no path is given), stamped with the
+    time it is written (`written_at`, seconds since the epoch)."""
+    text = json.dumps({"schema_version": SCHEMA_VERSION, **body, "written_at": time.time()},
+                      indent=1)
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -114,13 +156,21 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> i
     """Build the workload, run the job from `environ`, write the result; return 0.
 
     Faults outside the measured code (a missing file, a bad contract, the
-    workload's own exception) also end up in the file, classified.
+    workload's own exception) also end up in the file, classified. The
+    workload is built before JAX starts a backend here (it may call
+    `jax.distributed.initialize`). The file is this process's
+    (`autotune.child.ranks.result_path`); where the launcher's variables say
+    several processes run, a process that failed on its own leaves with exit
+    code 1 once its file is written (see the module docstring).
     """
     body: dict[str, Any] = {"status": "ok", "message": ""}
+    failed = True
     try:
         job = Job.from_json(environ.get(JOB_ENV))
+        work = build()
         body.update(_versions())
-        body.update(measure(build(), job))  # may set status (over_budget)
+        body.update(measure(work, job, process_rank(environ)))  # may set status (over_budget)
+        failed = False
     except Failure as failure:
         body.update(status=failure.kind, message=str(failure)[-MESSAGE_CHARS:])
     except ProtocolError as exc:  # a fault of the parent, reported through the file all the same
@@ -128,8 +178,19 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> i
     except Exception as exc:  # the workload's own failure (OOM while building, a bug...)
         found = classified(exc)
         body.update(status=found.kind, message=str(found)[-MESSAGE_CHARS:])
-    write_result(environ.get(RESULT_ENV), body)
+    write_result(result_path(environ), body)
+    if failed and process_total(environ) > 1:
+        _leave_now(1)
     return 0
+
+
+def _leave_now(code: int) -> None:
+    """Exit at once with `code`: no atexit hooks (JAX's distributed shutdown waits at a
+    barrier for every process, which a failed process's peers never reach)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def run_file(path: str, preset: str, environ: dict[str, str]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from autotune.cli import apply, catalog, dashboard, importance, results, study
+from autotune.cli import apply, catalog, dashboard, importance, results, study, worker
 from autotune.cli._common import friendly
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -24,6 +24,8 @@ app.add_typer(benchmarks_app, name="benchmarks")
 app.add_typer(db_app, name="db")
 
 app.command("study")(friendly(study.study))
+app.command("worker")(friendly(worker.worker))
+app.command("confirm")(friendly(worker.confirm))
 app.command("best")(friendly(results.best))
 app.command("export")(friendly(results.export))
 app.command("studies")(friendly(results.studies))

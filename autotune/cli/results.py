@@ -25,23 +25,33 @@ from autotune.cli._common import (
 TABLE_WIDTH = 80
 
 
-def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> None:
-    """The best table of a study and the notes that qualify it (or its rows as JSON)."""
-    from rich.table import Table
+def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
+               environment: str | None = None) -> None:
+    """The best table of a study and the notes that qualify it (or its rows as JSON).
 
+    A study measured in several environments gets a table per environment under a
+    one-line header, the main one (the recommendation's) first; `environment` (a key,
+    or a prefix naming one) shows that environment alone, as if it were the study's
+    only one.
+
+    Raises:
+        UsageError: no environment, or several, match `environment`.
+    """
     from autotune.flags.catalog import load_catalog
     from autotune.results.fitted import with_fit
-    from autotune.results.notes import study_notes
+    from autotune.results.notes import environment_header, study_notes
     from autotune.results.ranking import (
         best_row_json,
         best_rows,
+        environments,
         ordered,
         recommend,
-        verdict_text,
     )
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
+    if environment is not None:
+        runs = _environment_runs(study_name, runs, environment)
     order = ordered(runs, record.objectives, record.memory_budget_bytes)
     rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
                      objectives=record.objectives, order=order)
@@ -52,9 +62,41 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
     out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
                       if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
               highlight=False, width=TABLE_WIDTH)
-    table = Table(title=f"{literal(study_name)}: {literal(record.benchmark)} "
-                        f"({literal(record.preset)}) on {literal(record.space)}",
-                  width=TABLE_WIDTH)
+    title = (f"{literal(study_name)}: {literal(record.benchmark)} "
+             f"({literal(record.preset)}) on {literal(record.space)}")
+    groups = environments(runs)
+    for i, group in enumerate(groups):
+        if len(groups) > 1:  # one line: cut to the table's width
+            out.print(literal(environment_header(group)), highlight=False, width=TABLE_WIDTH,
+                      no_wrap=True, overflow="ellipsis", crop=True)
+        _print_rows([row for row in rows if row.environment == group.key or len(groups) == 1],
+                    title if i == 0 else None)
+    if record.multi_objective:
+        _print_pareto(record, runs)
+    for note in study_notes(record, runs, rows):
+        out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
+
+
+def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
+    """The runs of the environment `key` names (`ranking.find_environment`)."""
+    from autotune.errors import UsageError
+    from autotune.results.ranking import environments, find_environment
+
+    group = find_environment(runs, key)
+    if group is None:
+        known = ", ".join(g.key for g in environments(runs) if g.key is not None) or "none"
+        raise UsageError(f"study {study_name!r} has no single environment {key!r} "
+                         f"(its environments: {known})")
+    return group.runs
+
+
+def _print_rows(rows: list[Any], title: str | None) -> None:
+    """One environment's best table and the flags of its ranked rows."""
+    from rich.table import Table
+
+    from autotune.results.ranking import verdict_text
+
+    table = Table(title=title, width=TABLE_WIDTH)
     for col, least in (("rank", 8), ("trial", 5), ("median step", 8), ("search speedup", 8),
                        ("peak memory", 8)):  # search speedup: pooled over n processes
         table.add_column(col, overflow="fold", width=least)
@@ -73,10 +115,6 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table") -> N
                    + (", the baseline's program" if row.same_program else "")
                    + _program_trials(row) + ")", row.changed)
                   for row in rows if row.rank is not None])
-    if record.multi_objective:
-        _print_pareto(record, runs)
-    for note in study_notes(record, runs, rows):
-        out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
 
 
 def _search_figure(row: Any) -> str:
@@ -140,15 +178,20 @@ def best(
     storage: StorageOpt = DEFAULT_STORAGE,
     top: Annotated[int, typer.Option(min=1, help="How many configurations to show.")] = 10,
     fmt: FormatOpt = OutputFormat.TABLE,
+    environment: Annotated[str | None, typer.Option(
+        "--environment", metavar="KEY",
+        help="Show this environment alone (its key, or a prefix naming one).")] = None,
 ) -> None:
     """Show the best configurations of a study against its baseline, and the recommendation.
 
     Ranked confirmed-faster first (by the lower end of the interval), then no
     measurable gain, then not confirmed; autotune recommends a configuration
     only when confirmation measured it faster and the numerics guard passed.
+    A study measured in several environments is ranked in each against its
+    own baseline, the one with the most timed runs first (the recommendation's).
     """
     store = open_store(storage, must_exist=True)
-    print_best(store, study_name, limit=top, fmt=fmt)
+    print_best(store, study_name, limit=top, fmt=fmt, environment=environment)
 
 
 def export(

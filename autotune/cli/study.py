@@ -72,6 +72,15 @@ def study(
     racing: Annotated[bool, typer.Option(
         help="Measure the search's leader again until 3 processes back it, before sampling "
              "more (counted in --trials; paired mode, time objective).")] = True,
+    workers: Annotated[int, typer.Option(
+        min=1, help="Local worker processes to measure with (1: this process); each is an "
+                    "`autotune worker` that can be killed alone.")] = 1,
+    heartbeat: Annotated[int, typer.Option(
+        min=1, help="Seconds between a worker's heartbeats; one silent for twice as long "
+                    "is dead, and its trial goes back to the queue.")] = 30,
+    launcher: Annotated[str | None, typer.Option(
+        help="Run each trial through a cluster launcher, e.g. \"srun -N 2 "
+             "--ntasks-per-node 1 {cmd}\" ({cmd} is the trial; process 0 reports).")] = None,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     from autotune.api import plan_study
@@ -87,11 +96,20 @@ def study(
             devices=devices, steps=steps, warmup=warmup, max_warmup=max_warmup, mode=mode,
             drop_unknown=drop_unknown, allow_backend_mismatch=allow_backend_mismatch,
             prune_margin=prune_margin if prune else None,
-            trial_memory_limit=trial_memory_limit, fit=fit, racing=racing)
+            trial_memory_limit=trial_memory_limit, fit=fit, racing=racing,
+            heartbeat_s=heartbeat, launcher=launcher, confirm=confirm,
+            confirm_repeats=confirm_repeats, shrink=shrink)
     _print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
-    runner = StudyRunner(plan, store, SubprocessLauncher(), store.url)
+    runner = StudyRunner(plan, store, SubprocessLauncher(), store.url,
+                         facts=planned.report.environment)
+    if workers > 1:
+        from autotune.cli.worker import run_local_workers
+
+        runner.prepare()  # the study and its recipe stored before any worker reads them
+        run_local_workers(store, plan, workers)
+        return
     _run_with_progress(runner, plan)
     if confirm and plan.objectives != (Objective.MEMORY,):
         _confirm_with_progress(runner, confirm, confirm_repeats)
@@ -153,36 +171,44 @@ def _print_preflight(planned: Any) -> None:
                   "expect no effect to measure", highlight=False)
 
 
-def _run_with_progress(runner: Any, plan: Any) -> None:
+def _run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
+                       limit: int | None = None, who: str = "") -> None:
+    """Run the study's search with a progress bar of the whole study (every process's
+    trials), or one line per trial where the output is no terminal. `until_done` waits
+    for other processes' trials and takes over those of dead ones
+    (`StudyRunner.run_until_done`); `limit` caps this process's launches."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     runner.prepare()
     runner.on_fit = _print_fit
     remaining = runner.remaining()
-    if remaining == 0:
+    if remaining == 0 and not until_done:
         out.print(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
                   f"pass --trials {plan.trials + 10} to run more")
         return
     choice = runner.choice
-    out.print(f"study '{literal(plan.name)}': {literal(plan.workload.name)} ({plan.preset}, "
+    out.print(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({plan.preset}, "
               f"{plan.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
               f"to run, {plan.mode.value} timing; minimising "
               f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
               + (f" ({literal(choice.reason)})" if choice.reason else "")
               + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
                  if plan.memory_budget_bytes else ""), highlight=False)
+    run = runner.run_until_done if until_done else runner.run
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
-        summary = runner.run(on_trial=lambda ev: out.print(
-            f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}", highlight=False))
+        summary = run(on_trial=lambda ev: out.print(
+            f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}",
+            highlight=False), limit=limit)
         _print_summary(summary)
         return
     columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[best]}"), TextColumn("{task.fields[last]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=out, transient=False) as progress:
-        task = progress.add_task("study", total=remaining, best="best: -", last="")
-        summary = runner.run(on_trial=lambda ev: progress.update(
-            task, advance=1, best=_best_text(ev), last=_last_text(ev)))
+        task = progress.add_task("study", total=plan.trials, completed=plan.trials - remaining,
+                                 best="best: -", last="")
+        summary = run(on_trial=lambda ev: progress.update(
+            task, completed=ev.done, best=_best_text(ev), last=_last_text(ev)), limit=limit)
     _print_summary(summary)
 
 

@@ -3,8 +3,9 @@
 The parent runs this file's source with `python -c` in a fresh interpreter whose
 `XLA_FLAGS` hold the flags under test, in a scratch working directory. Starting
 the backend makes XLA parse the flags (and abort on a bad one). The child then
-writes `probe.json`: versions, backend, device kind and count, whether libtpu is
-installed and, when `options.json` (name -> typed value) is present, which
+writes `probe.json`: versions, backend, device kind and count, the host, Python's
+version, the backend's platform version (on CUDA it names the CUDA version), whether
+libtpu is installed and, when `options.json` (name -> typed value) is present, which
 names `compile(compiler_options=...)` knows.
 """
 
@@ -14,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 from typing import Any
 
 
@@ -45,13 +47,18 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
+    device = jax.devices()[0]
     info: dict[str, Any] = {
         "jax_version": jax.__version__,
         "jaxlib_version": importlib.metadata.version("jaxlib"),
         "backend": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,
+        "device_kind": device.device_kind,
         "device_count": jax.device_count(),
         "libtpu": importlib.util.find_spec("libtpu") is not None,
+        "host": platform.node(),
+        "python_version": platform.python_version(),
+        "platform_version": str(getattr(getattr(device, "client", None), "platform_version",
+                                        "") or ""),
     }
     if os.path.exists("options.json"):
         with open("options.json", encoding="utf-8") as fh:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -58,6 +60,8 @@ class Prober:
         options: Mapping[str, FlagValue] | None = None,
         guessed: Iterable[str] = (),
         max_runs: int = MAX_RUNS,
+        env: Mapping[str, str] | None = None,
+        fixed: Iterable[tuple[str, str]] = (),
     ) -> None:
         """Set up a prober.
 
@@ -69,12 +73,18 @@ class Prober:
             guessed: names whose step-1 value is a guess (set apart first when a batch
                 fails and XLA names no flag).
             max_runs: the most children to start.
+            env: the variables the children start with (default: this process's);
+                their `XLA_FLAGS` is replaced by `fixed` and the flags under test.
+            fixed: (name, value) flags every child's `XLA_FLAGS` starts with (e.g. the
+                study's `xla_force_host_platform_device_count`), never under test.
         """
         self.python, self.timeout_s, self.max_runs = python, timeout_s, max_runs
         self.runs, self.plain_ok = 0, False
         self.info: dict[str, Any] | None = None  # the first started child's answer
         self.options, self.guessed = dict(options or {}), set(guessed)
         self.usage: dict[str, str] = {}  # XLA's usage table, when it printed one
+        self.env = dict(os.environ if env is None else env)
+        self.fixed = list(fixed)
 
     def names(self, first: dict[str, str]) -> Sorted:
         """Step 1: which names XLA_FLAGS knows (a name whose value it rejects is known)."""
@@ -136,7 +146,7 @@ class Prober:
 
     def _run(self, tokens: Mapping[str, str]) -> _Run:
         self.runs += 1
-        env = dict(os.environ, XLA_FLAGS=format_tokens(list(tokens.items())),
+        env = dict(self.env, XLA_FLAGS=format_tokens([*self.fixed, *tokens.items()]),
                    TF_CPP_MIN_LOG_LEVEL="0")  # XLA's flag errors are log lines
         with tempfile.TemporaryDirectory(prefix="autotune-probe-") as tmp:
             if self.info is None and self.options:
@@ -212,3 +222,65 @@ def jaxlib_version(python: str) -> str:
         raise ProbeError("jaxlib is not installed: install jax first (pip install jax)") from None
 
 
+
+
+#: The longest driver and runtime texts kept (the columns of `autotune_environments`).
+DRIVER_CHARS, RUNTIME_CHARS = 64, 255
+_VERSION = re.compile(r"\b\d+(?:\.\d+)+\b")
+_RUNTIME = re.compile(r"\b(?:cuda|rocm)\s+[\d.]+", re.IGNORECASE)
+
+
+def runtime_version(platform_version: str, backend: str) -> str | None:
+    """The runtime a backend's `platform_version` names, None where it names none.
+
+    On CUDA the text holds `cuda 12080` (ROCm: `rocm ...`): that is kept. The CPU
+    client says `cpu` or `<unknown>`: no runtime. Anything else is kept whole, its
+    whitespace collapsed.
+    """
+    text = " ".join(platform_version.split())
+    if text.lower() in ("", "<unknown>", "unknown", backend.lower()):
+        return None
+    found = _RUNTIME.search(text)
+    return (found.group(0) if found else text)[:RUNTIME_CHARS]
+
+
+def nvidia_driver(text: str) -> str | None:
+    """The driver version in `/proc/driver/nvidia/version`'s text (its `NVRM version` line,
+    e.g. `... Kernel Module  550.54.15  Tue Mar ...`), or in nvidia-smi's first line."""
+    lines = text.splitlines()
+    line = next((x for x in lines if x.startswith("NVRM version")), lines[0] if lines else "")
+    found = _VERSION.search(line)
+    return found.group(0)[:DRIVER_CHARS] if found else None
+
+
+def driver_version(backend: str, runtime: str | None, root: Path = Path("/"),
+                   timeout_s: float = 10) -> str | None:
+    """The GPU driver's version, None on other backends or where it cannot be read.
+
+    NVIDIA: `/proc/driver/nvidia/version`, else `nvidia-smi` when installed. AMD
+    (a `rocm` runtime): `/sys/module/amdgpu/version` (the packaged amdgpu driver;
+    a kernel's own amdgpu has none: None). `root` is where those paths are looked
+    up (tests; nvidia-smi is asked only under the real root).
+    """
+    if backend.lower() not in ("gpu", "cuda", "rocm"):
+        return None
+    if backend.lower() == "rocm" or (runtime or "").lower().startswith("rocm"):
+        text = _read(root / "sys/module/amdgpu/version")
+        return (text.strip()[:DRIVER_CHARS] or None) if text is not None else None
+    text = _read(root / "proc/driver/nvidia/version")
+    if text is not None:
+        return nvidia_driver(text)
+    smi = shutil.which("nvidia-smi")
+    if smi is None or root != Path("/"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="autotune-probe-") as tmp:
+        done = run_bounded([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                           os.environ, Path(tmp), timeout_s)
+    return nvidia_driver(done.stdout) if done.returncode == 0 else None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None

@@ -5,7 +5,11 @@ started with the `XLA_FLAGS` under test. XLA aborts at backend start on a flag
 it does not know (listing all of them at once) and on a value it cannot parse
 (naming the flag, or, for some list flags, naming nothing), so a few children
 sort every name and documented value into accepted, unknown and rejected.
-The answer is cached per jaxlib version and probed set of flags and values.
+The answer is cached per jaxlib version, probed set of flags and values, host
+and device settings (the device count flag, the variables that pick devices).
+The children also report the environment's facts (`ProbeReport.environment`);
+the GPU driver's version is read here, on every call, so a cached answer still
+names the driver of today.
 """
 
 from __future__ import annotations
@@ -13,23 +17,36 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from autotune.flags._probe_runner import ProbeError, Prober, jaxlib_version
+from autotune.flags._probe_runner import (
+    ProbeError,
+    Prober,
+    driver_version,
+    jaxlib_version,
+    runtime_version,
+)
 from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
 from autotune.flags.compose import render_value
-from autotune.records import FlagValue
+from autotune.records import Environment, FlagValue
 
 __all__ = ["FlagStatus", "ProbeError", "ProbeReport", "check_values", "probe"]
 
-PROBE_FORMAT = 2  # bump when the probe's method or the report's fields change
+PROBE_FORMAT = 3  # bump when the probe's method or the report's fields change
+
+#: The XLA flag that sets how many devices the host (CPU) platform has.
+DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
+#: Variables that choose which devices JAX sees: part of the cache's key.
+DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                    "JAX_PLATFORMS", "JAX_PLATFORM_NAME", "TPU_VISIBLE_CHIPS")
 
 
 class FlagStatus(StrEnum):
@@ -65,6 +82,10 @@ class ProbeReport:
             needs a TPU host); env_variables: plain variables, not XLA flags.
         runs, duration_s: children started and wall time of the probe.
         created_at: when the probe ran (UTC).
+        host, python_version: the children's `platform.node()` and Python.
+        runtime_version: what the backend's platform version names (`cuda 12080`), None
+            where it names nothing (CPU); driver_version: the GPU driver's, None where
+            there is none (`_probe_runner.driver_version`).
     """
 
     jax_version: str
@@ -84,6 +105,20 @@ class ProbeReport:
     runs: int = 0
     duration_s: float = 0.0
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    host: str = ""
+    python_version: str = ""
+    runtime_version: str | None = None
+    driver_version: str | None = None
+
+    @property
+    def environment(self) -> Environment:
+        """The facts of the environment the children ran in (`records.Environment`):
+        its key (`Environment.key`) is the study's environment key."""
+        return Environment(
+            host=self.host, python_version=self.python_version, jax_version=self.jax_version,
+            jaxlib_version=self.jaxlib_version, backend=self.backend,
+            device_kind=self.device_kind, device_count=self.device_count or 0,
+            driver_version=self.driver_version, runtime_version=self.runtime_version)
 
     def status(self, name: str) -> FlagStatus:
         """Say whether the installed XLA knows `name` (with or without `--`)."""
@@ -130,6 +165,8 @@ def probe(
     cache_dir: Path | None = None,
     refresh: bool = False,
     timeout_s: float = 120,
+    env: Mapping[str, str] | None = None,
+    devices: int | None = None,
 ) -> ProbeReport:
     """Probe every `xla_flags` flag of `catalog` plus `extra` names, or read the cache.
 
@@ -143,18 +180,27 @@ def probe(
         cache_dir: default `$AUTOTUNE_CACHE_DIR` or `~/.cache/autotune`.
         refresh: probe even when a cached answer exists.
         timeout_s: limit for each child.
+        env: the variables the children start with (default: this process's), e.g. a
+            study's, whose device settings then make the report's devices the study's;
+            its `XLA_FLAGS` is not used (the children's hold the flags under test).
+        devices: the children's `--xla_force_host_platform_device_count` (the CPU
+            platform's device count; other platforms ignore it); None sets none.
 
     Raises:
         ProbeError: jaxlib is missing, jax does not start, or the probe did not settle.
     """
     python = python or sys.executable
+    env = dict(os.environ if env is None else env)
+    fixed = [] if devices is None else [(DEVICE_COUNT_FLAG, str(devices))]
     plan = _Plan.of(catalog, extra)
-    path = _cache_path(cache_dir, jaxlib_version(python), plan.key(python))
+    machine = [platform.node(), fixed, {name: env.get(name) for name in DEVICE_VARIABLES}]
+    path = _cache_path(cache_dir, jaxlib_version(python), plan.key(python, machine))
     cached = None if refresh else _load(path)
-    if cached is not None:
-        return cached
-    report = _probe_cold(plan, python, timeout_s)
-    _store(path, report)
+    report = cached or _probe_cold(plan, python, timeout_s, env, fixed)
+    report = replace(report, driver_version=driver_version(report.backend,
+                                                           report.runtime_version))
+    if cached is None:
+        _store(path, report)
     return report
 
 
@@ -199,9 +245,9 @@ class _Plan:
             plan.guessed.add(name)
         return plan
 
-    def key(self, python: str) -> str:
+    def key(self, python: str, machine: object) -> str:
         names = {str(c): sorted(n) for c, n in self.channels.items()}
-        text = json.dumps([PROBE_FORMAT, python, self.first, self.documented, names],
+        text = json.dumps([PROBE_FORMAT, python, self.first, self.documented, names, machine],
                           sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -229,10 +275,12 @@ def _first_value(spec: FlagSpec) -> tuple[str, FlagValue]:
     return text, value if plain else text.upper()
 
 
-def _probe_cold(plan: _Plan, python: str, timeout_s: float) -> ProbeReport:
+def _probe_cold(plan: _Plan, python: str, timeout_s: float, env: Mapping[str, str],
+                fixed: list[tuple[str, str]]) -> ProbeReport:
     """Step 1 sorts the names (trying each flag's first value), step 2 the other values."""
     start = time.monotonic()
-    prober = Prober(python, timeout_s, options=plan.typed, guessed=plan.guessed)
+    prober = Prober(python, timeout_s, options=plan.typed, guessed=plan.guessed, env=env,
+                    fixed=fixed)
     accepted, unknown, rejected = prober.names(plan.first)
     results = prober.check({n: v[1:] for n, v in plan.documented.items() if n in accepted})
     for name in (n for n in results if plan.documented[n]):
@@ -248,7 +296,9 @@ def _probe_cold(plan: _Plan, python: str, timeout_s: float) -> ProbeReport:
         per_compile=info.get("per_compile", {}), usage_defaults=prober.usage,
         libtpu_flags=plan.channels[Channel.LIBTPU], env_variables=plan.channels[Channel.ENV],
         device_count=info.get("device_count"), runs=prober.runs,
-        duration_s=round(time.monotonic() - start, 3),
+        duration_s=round(time.monotonic() - start, 3), host=info.get("host", ""),
+        python_version=info.get("python_version", ""),
+        runtime_version=runtime_version(info.get("platform_version", ""), info["backend"]),
     )
 
 

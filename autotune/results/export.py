@@ -29,6 +29,7 @@ from autotune.results.ranking import (
     best_row_json,
     best_rows,
     changed_flags,
+    main_runs,
     ordered,
     pick_reason,
     recommend,
@@ -111,12 +112,14 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
     no measurable gain`, `recommended: false`). `rank` (1 = first of `best`)
     or `trial` (a search trial number) export that configuration instead,
     `recommended` true only when it is the recommendation, with the reason.
-    `candidates` lists the first rows of `best` either way, as evidence.
+    `candidates` lists the first rows of `best` either way, as evidence. A study
+    measured in several environments exports from its main one (`ranking.main_runs`).
 
     Raises:
         ExportError: the study has no such rank or trial, or nothing of it
             ran successfully (not even the baseline).
     """
+    runs = main_runs(runs)  # one environment: the recommendation's (`ranking.environments`)
     order = ordered(runs, study.objectives, study.memory_budget_bytes)
     rec = recommend(runs, study.objectives, study.memory_budget_bytes, order=order)
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)

@@ -14,6 +14,9 @@ from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.ranking import (
     BestRow,
+    EnvironmentGroup,
+    environments,
+    main_runs,
     measured_backend,
     measured_elsewhere,
     outcome_counts,
@@ -35,6 +38,7 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
     """The notes under `best`, in the order they are printed."""
     notes = [Note("outcomes", "runs by outcome: " + (", ".join(
         f"{k}: {v}" for k, v in sorted(outcome_counts(list(runs)).items())) or "none"))]
+    notes += [n for n in (environments_note(record, runs),) if n is not None]
     if same := measured_elsewhere(list(runs)):
         notes.append(Note("same_program", f"{same} trials compiled to a program another trial "
                           "had timed: not timed again, each shown as that trial's row"))
@@ -62,10 +66,44 @@ def fit_notes(record: StudyRecord) -> list[Note]:
             *(Note("space_fitted", change_text(change)) for change in fit.changes)]
 
 
+def environments_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
+    """Said when the study was measured in several environments (kind `environments`):
+    which one the recommendation, the export and the study-wide notes use, and how to
+    see another alone."""
+    groups = environments(runs)
+    if len(groups) < 2:
+        return None
+    main = groups[0]
+    return Note("environments", f"measured in {len(groups)} environments, each ranked against "
+                f"its own baseline; the recommendation, export and notes use {main.key} "
+                f"({main.timed} timed runs, the most); `autotune best {record.name} "
+                "--environment KEY` shows one alone")
+
+
+def environment_header(group: EnvironmentGroup) -> str:
+    """One line naming an environment of `best`: its key, devices, backend, versions,
+    runtime and driver where it has them, and its hosts."""
+    facts = group.facts
+    parts = [f"environment {group.key}"]
+    if facts is not None:
+        versions = (f"jax {facts.jax_version}" if facts.jax_version == facts.jaxlib_version
+                    else f"jax {facts.jax_version}, jaxlib {facts.jaxlib_version}")
+        parts += [f"{facts.device_count} × {facts.device_kind}", facts.backend, versions]
+        parts += [text for text in (facts.runtime_version, facts.driver_version
+                                    and f"driver {facts.driver_version}") if text]
+    hosts = group.hosts
+    if hosts:
+        parts.append(f"host {hosts[0]}" if len(hosts) == 1 else
+                     f"hosts {hosts[0]}, {hosts[1]}" if len(hosts) == 2 else
+                     f"hosts {hosts[0]} and {len(hosts) - 1} more")
+    return parts[0] + (": " + ", ".join(parts[1:]) if len(parts) > 1 else "")
+
+
 def incumbent_note(record: StudyRecord, runs: Sequence[RunRecord]) -> Note | None:
     """The search's incumbent by evidence pooled per program (`results.evidence`), with
-    its interval over every process that timed it; None when nothing was timed."""
-    found = pooled(list(runs), lambda r: within_budget(r, record.memory_budget_bytes))
+    its interval over every process that timed it (the main environment's, `main_runs`);
+    None when nothing was timed."""
+    found = pooled(main_runs(runs), lambda r: within_budget(r, record.memory_budget_bytes))
     if not found:
         return None
     best = incumbent(found)

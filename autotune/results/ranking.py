@@ -1,6 +1,13 @@
 """Rank a study's measured configurations against its baseline.
 
 Works on plain `RunRecord`s from the store; never touches the database itself.
+
+A study measured in several environments (`RunRecord.env_key`: see
+`records.Environment.key`) is ranked per environment, each on its own runs
+against its own baseline (`environments`, `best_rows`). The study's order,
+recommendation and everything derived from them (`ranked`, `ordered`,
+`recommend`, `pareto_front`, the export) are its main environment's: the one
+with the most timed runs (`main_runs`).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from itertools import groupby
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
-from autotune.records import FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
+from autotune.records import Environment, FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation, Confirmations
 from autotune.results.evidence import ProgramEvidence, pooled
 
@@ -36,6 +43,66 @@ def within_budget(run: RunRecord, budget: int | None) -> bool:
     return budget is None or peak is None or peak <= budget
 
 
+@dataclass(frozen=True)
+class EnvironmentGroup:
+    """One environment a study was measured in.
+
+    `key` is the runs' `env_key` (None: runs stored before environments were
+    told apart, and nothing else); `runs` are its runs with those that belong
+    to none (as `Store.runs(env_key=...)` reads them); `facts` the environment
+    of its first run that has one; `hosts` every host its runs name; `timed`
+    how many of its runs timed steps.
+    """
+
+    key: str | None
+    runs: list[RunRecord]
+    facts: Environment | None
+    hosts: tuple[str, ...]
+    timed: int
+
+
+def environments(runs: Sequence[RunRecord]) -> list[EnvironmentGroup]:
+    """The environments of a study's runs, the main one first.
+
+    The main environment has the most timed runs; ties go to the first to
+    have an OK baseline, then to the first measured. Runs without a key
+    belong to every environment. A study of one environment (or none told
+    apart) is one group holding every run.
+    """
+    keys = list(dict.fromkeys(r.env_key for r in runs if r.env_key is not None))
+    if len(keys) <= 1:
+        return [_group(keys[0] if keys else None, list(runs))]
+    groups = [_group(key, [r for r in runs if r.env_key in (key, None)]) for key in keys]
+    first_baseline = {key: next((i for i, r in enumerate(runs) if r.env_key == key
+                                 and r.role is Role.BASELINE and r.outcome.ok), len(runs))
+                      for key in keys}
+    return sorted(groups, key=lambda g: (-g.timed, first_baseline[g.key or ""]))
+
+
+def _group(key: str | None, runs: list[RunRecord]) -> EnvironmentGroup:
+    known = [r.environment for r in runs if r.environment is not None]
+    timed = sum(1 for r in runs if r.outcome.measurement is not None
+                and r.outcome.measurement.step_times_s)
+    return EnvironmentGroup(key, runs, known[0] if known else None,
+                            tuple(dict.fromkeys(e.host for e in known)), timed)
+
+
+def main_runs(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """The runs of the study's main environment (`environments`): all of them when the
+    study was measured in one."""
+    if len({r.env_key for r in runs} - {None}) <= 1:
+        return list(runs)
+    return environments(runs)[0].runs
+
+
+def find_environment(runs: Sequence[RunRecord], key: str) -> EnvironmentGroup | None:
+    """The environment whose key is `key` or starts with it (a prefix naming one only);
+    None when no environment, or several, match."""
+    groups = [g for g in environments(runs) if g.key is not None]
+    exact = [g for g in groups if g.key == key]
+    found = exact or [g for g in groups if key and (g.key or "").startswith(key)]
+    return found[0] if len(found) == 1 else None
+
 
 @dataclass(frozen=True)
 class BestRow:
@@ -44,6 +111,7 @@ class BestRow:
     `rank` is None for the baseline row (shown for reference: its speedup is
     the in-process A/A ratio, i.e. the noise floor of the measurement).
     `recommended` marks the one row `recommend` picks (at most one).
+    `environment` is the key of the environment the row was ranked in.
     """
 
     rank: int | None
@@ -52,6 +120,7 @@ class BestRow:
     confirmation: Confirmation | None = None
     recommended: bool = False
     program: ProgramEvidence | None = None
+    environment: str | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -100,15 +169,31 @@ def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunR
     run that first timed it. A run that compiled to a program another trial
     timed (`same_program_as`) is that program's configuration, not a row. With
     a memory budget, runs whose peak memory exceeds it are left out: they are
-    infeasible, never a winner.
+    infeasible, never a winner. Only the main environment's runs count (`main_runs`).
     """
     return [p.first for p in programs(runs, memory_budget)]
 
 
 def programs(runs: list[RunRecord], memory_budget: int | None = None) -> list[ProgramEvidence]:
-    """`evidence.pooled` of the runs within `memory_budget`, XLA's default program included
-    (a configuration that compiled to it and was timed is a row too)."""
-    return pooled(runs, lambda r: within_budget(r, memory_budget), defaults=True)
+    """`evidence.pooled` of the main environment's runs within `memory_budget`, XLA's
+    default program included (a configuration that compiled to it and was timed is a
+    row too).
+
+    One reading (`best`, a page) asks this several times of the same list: the last
+    answer is kept for the same list object, length and budget (the list is held, so
+    its id is not reused; the read model never changes a list it was given). Treat
+    the result as read-only.
+    """
+    global _LAST_PROGRAMS
+    last = _LAST_PROGRAMS
+    if last is not None and last[0] is runs and last[1] == (len(runs), memory_budget):
+        return last[2]
+    found = pooled(main_runs(runs), lambda r: within_budget(r, memory_budget), defaults=True)
+    _LAST_PROGRAMS = (runs, (len(runs), memory_budget), found)
+    return found
+
+
+_LAST_PROGRAMS: tuple[list[RunRecord], tuple[int, int | None], list[ProgramEvidence]] | None = None
 
 
 def _measured_elsewhere(run: RunRecord) -> bool:
@@ -179,7 +264,10 @@ def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
 
     `order` is `ordered(runs, objectives, memory_budget)` when the caller has
     it already (it is computed once per reading of a study, not once per figure).
+    A study measured in several environments is recommended from its main one
+    (`main_runs`).
     """
+    runs = main_runs(runs)
     if order is None:
         order = ordered(runs, objectives, memory_budget)
     if tuple(objectives) == ("memory",):
@@ -266,7 +354,7 @@ def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
 
     Time (alone or with memory): `confirmed_order`. Memory alone: lowest peak
     memory first, time breaking ties. Configurations over `memory_budget` are
-    left out either way.
+    left out either way, and so are environments but the main one (`main_runs`).
     """
     if tuple(objectives) != ("memory",):
         return confirmed_order(runs, memory_budget)
@@ -280,8 +368,9 @@ def pareto_front(runs: list[RunRecord], memory_budget: int | None = None) -> lis
     """The configurations no other one beats on both time and peak memory, fastest first.
 
     Candidates are the ranked configurations (within the budget) and the
-    baseline (XLA's defaults are a valid answer too).
+    baseline (XLA's defaults are a valid answer too), of the main environment.
     """
+    runs = main_runs(runs)
     base = [r for r in runs if r.role is Role.BASELINE and r.outcome.ok and r.ratio
             and within_budget(r, memory_budget)][:1]
     points = sorted((r for r in ranked(runs, memory_budget) + base
@@ -307,6 +396,7 @@ def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
     not timed at all because their compiled program needed more (`over_budget`)."""
     if memory_budget is None:
         return 0
+    runs = main_runs(runs)
     untimed = {config_key(r.flags) for r in runs
                if r.outcome.kind is OutcomeKind.OVER_BUDGET and r.role is not Role.CONFIRM}
     return len(ranked(runs)) - len(ranked(runs, memory_budget)) + len(untimed)
@@ -320,20 +410,37 @@ def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
 
     Configurations over `memory_budget` are not ranked (see `ranked`); the
     order follows `objectives` (see `ordered`; `order` is that, when the
-    caller has it already).
+    caller has it already). A study measured in several environments gets
+    these rows for each environment (`environments`, the main one first),
+    each ranked on its own runs against its own baseline; only the main
+    environment's rows can be `recommended`.
     """
+    groups = environments(runs)
+    rows: list[BestRow] = []
+    for i, group in enumerate(groups):
+        rows += _rows(group, catalog, limit, memory_budget, objectives,
+                      order if i == 0 else None, recommending=i == 0)
+    return rows
+
+
+def _rows(group: EnvironmentGroup, catalog: Any, limit: int, memory_budget: int | None,
+          objectives: Sequence[str], order: Order | None, recommending: bool
+          ) -> list[BestRow]:
+    """`best_rows` of one environment."""
+    runs, key = group.runs, group.key
     rows: list[BestRow] = []
     baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
     if baseline is not None:
-        rows.append(BestRow(None, baseline, {}))
+        rows.append(BestRow(None, baseline, {}, environment=key))
     if order is None:
         order = ordered(runs, objectives, memory_budget)
-    chosen = recommend(runs, objectives, memory_budget, order=order).run
+    chosen = recommend(runs, objectives, memory_budget, order=order).run if recommending \
+        else None
     evidence = {p.first.id: p for p in programs(runs, memory_budget)}
     for rank, (run, conf) in enumerate(order[:limit], start=1):
         rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf,
                             recommended=chosen is not None and chosen.id == run.id,
-                            program=evidence.get(run.id)))
+                            program=evidence.get(run.id), environment=key))
     return rows
 
 
@@ -404,7 +511,9 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     the row's program (`results.evidence`): `observations` (processes that timed
     it), `pooled_speedup` (all of them pooled) with `pooled_interval` (the
     bootstrap over them; None below two PAIRED processes) and `program_trials`
-    (the trials whose configurations compiled to it).
+    (the trials whose configurations compiled to it); `environment` (the key of
+    the environment the row was ranked in: a study measured in several has rows
+    for each, `best_rows`; None for runs stored before environments had keys).
     """
     c = row.confirmation
     estimate = c.estimate if c is not None else None
@@ -420,6 +529,7 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
         "pooled_speedup": 1 / row.program.ratio if row.program else None,
         "pooled_interval": _pooled_interval(row.program),
         "program_trials": row.program.trials if row.program else None,
+        "environment": row.environment,
     }
 
 

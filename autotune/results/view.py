@@ -35,6 +35,7 @@ from autotune.results.ranking import (
     best_row_json,
     best_rows,
     changed_flags,
+    main_runs,
     ordered,
     pareto_front,
     peak_memory,
@@ -265,7 +266,8 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
     `program_groups`), `notes` ({kind, text}), `best_so_far`,
     `scatter`, `contributions`, `failures`, `progress`, `space_fit` (what fitting the
     search space to the workload dropped or clipped and why, `results.fitted.fit_json`;
-    None when the study has no fit).
+    None when the study has no fit). The charts show the main environment's runs
+    (`ranking.main_runs`): step times and ratios of two environments do not compare.
     """
     order = ordered(runs, record.objectives, record.memory_budget_bytes)
     rows = best_rows(runs, catalog, limit=limit, memory_budget=record.memory_budget_bytes,
@@ -278,8 +280,8 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         "best": with_fit([best_row_json(row) for row in rows], record),
         "programs": program_groups(runs, [row.run.trial_number for row in rows]),
         "notes": [{"kind": n.kind, "text": n.text} for n in study_notes(record, runs, rows)],
-        "best_so_far": best_so_far(runs),
-        "scatter": scatter(record, runs),
+        "best_so_far": best_so_far(main_runs(runs)),  # one environment's ratios: comparable
+        "scatter": scatter(record, main_runs(runs)),
         "contributions": contributions(rec, state),
         "failures": failures(runs),
         "progress": progress(runs, workers),

@@ -110,20 +110,17 @@ class Base(DeclarativeBase):
 
 
 class EnvironmentRow(Base):
-    """Where measurements were taken; one row per distinct environment."""
+    """Where measurements were taken; one row per distinct environment.
+
+    `fingerprint` is `records.Environment.fingerprint`: every fact, the host
+    included (rows stored before migration `0007` got theirs there, with no
+    driver or runtime). Rows are told apart by it alone: two environments that
+    differ only in their driver are two rows.
+    """
 
     __tablename__ = "autotune_environments"
     __table_args__ = (
-        UniqueConstraint(
-            "host",
-            "python_version",
-            "jax_version",
-            "jaxlib_version",
-            "backend",
-            "device_kind",
-            "device_count",
-            name="uq_autotune_environments_identity",
-        ),
+        UniqueConstraint("fingerprint", name="uq_autotune_environments_fingerprint"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -134,6 +131,9 @@ class EnvironmentRow(Base):
     backend: Mapped[str] = mapped_column(String(32))
     device_kind: Mapped[str] = mapped_column(String(255))
     device_count: Mapped[int] = mapped_column(Integer)
+    driver_version: Mapped[str | None] = mapped_column(String(64))
+    runtime_version: Mapped[str | None] = mapped_column(String(255))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(), default=utcnow)
 
     def to_record(self) -> Environment:
@@ -146,6 +146,8 @@ class EnvironmentRow(Base):
             backend=self.backend,
             device_kind=self.device_kind,
             device_count=self.device_count,
+            driver_version=self.driver_version,
+            runtime_version=self.runtime_version,
         )
 
 
@@ -174,7 +176,10 @@ class StudyRow(Base):
                                            "objectives", "memory_budget_bytes")
     #: Plan fields added after plans were first stored, with the value a re-run that does
     #: not name them asks for: a plan stored before one existed compares as if it held this.
-    PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True}
+    PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True, "launcher": None}
+    #: Plan keys that are not settings to compare: how workers rebuild the plan
+    #: (`recipe`, rewritten by every `autotune study`).
+    NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe"})
 
     def differences(self, other: StudyRow) -> list[str]:
         """`setting mine (asked for other's)` for each setting in which the two studies differ.
@@ -185,8 +190,10 @@ class StudyRow(Base):
         mine = {key: getattr(self, key) for key in self.SETTINGS}
         theirs = {key: getattr(other, key) for key in self.SETTINGS}
         if self.plan is not None and other.plan is not None:
-            mine.update({**self.PLAN_DEFAULTS, **self.plan})
-            theirs.update({**self.PLAN_DEFAULTS, **other.plan})
+            mine.update({k: v for k, v in {**self.PLAN_DEFAULTS, **self.plan}.items()
+                         if k not in self.NOT_COMPARED})
+            theirs.update({k: v for k, v in {**self.PLAN_DEFAULTS, **other.plan}.items()
+                           if k not in self.NOT_COMPARED})
         return [f"{key} {mine.get(key)!r} (asked for {theirs.get(key)!r})"
                 for key in dict.fromkeys([*mine, *theirs]) if mine.get(key) != theirs.get(key)]
 
@@ -204,6 +211,7 @@ class StudyRow(Base):
             objectives=tuple(self.objectives.split(",")),
             memory_budget_bytes=self.memory_budget_bytes,
             space_fit=self.space_fit,
+            plan=self.plan,
         )
 
 

@@ -45,6 +45,7 @@ from autotune._resources import data_dir
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.records import (
     LIVE_WITHIN_S,
+    SQLITE_TIMEOUT_S,
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
@@ -75,11 +76,8 @@ from autotune.storage.models import (
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
-
-SQLITE_TIMEOUT_S = 30.0
-"""How long a SQLite connection waits for another process's write lock."""
 
 PG_CONNECT_TIMEOUT_S = 10
 """How long a PostgreSQL connection attempt may take (unless the URL says otherwise)."""
@@ -176,6 +174,17 @@ def _create_engine(url: URL, shown: str) -> Engine:
         ) from error
     except exc.ArgumentError as error:
         raise StorageError(f"invalid storage URL {shown}: {error}; {URL_HINT}") from error
+
+
+def _write_ahead(engine: Engine) -> None:
+    """Put a SQLite file in write-ahead-log mode (kept in the file from then on), so
+    readers never block the workers that write and several workers on one host share
+    it; with the busy timeout of `SQLITE_TIMEOUT_S` a writer waits for another's
+    commit instead of failing. Only writers call this: reading changes no byte."""
+    if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
 
 
 def _current_revision(connection: Connection) -> str | None:
@@ -415,6 +424,8 @@ class Store:
         engine = _create_engine(parsed, shown)
         try:
             _open_schema(engine, shown, upgrade)
+            if upgrade:
+                _write_ahead(engine)
         except BaseException:
             engine.dispose()
             raise
@@ -552,6 +563,17 @@ class Store:
                 space_fit=dict(fit)).execution_options(synchronize_session=False))
             return bool(getattr(done, "rowcount", 0))
 
+    def set_recipe(self, study_name: str, recipe: Mapping[str, Any]) -> None:
+        """Store how workers rebuild the study's plan (`plan["recipe"]`, JSON-ready),
+        replacing the one stored: every `autotune study` run writes its own, the last wins.
+
+        Raises:
+            StudyNotFoundError: no study called `study_name`.
+        """
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            study.plan = {**(study.plan or {}), "recipe": dict(recipe)}
+
     def list_studies(self) -> list[StudyRecord]:
         """Every study, oldest first."""
         with self._session() as session:
@@ -654,10 +676,10 @@ class Store:
     def _environment_id(self, environment: Environment | None) -> int | None:
         if environment is None:
             return None
-        fields = asdict(environment)
-        conditions = [getattr(EnvironmentRow, key) == value for key, value in fields.items()]
-        query = select(EnvironmentRow.id).where(*conditions)
-        return self._get_or_insert(lambda session: session.scalar(query), EnvironmentRow(**fields))
+        fingerprint = environment.fingerprint  # every fact: one row per environment
+        query = select(EnvironmentRow.id).where(EnvironmentRow.fingerprint == fingerprint)
+        return self._get_or_insert(lambda session: session.scalar(query), EnvironmentRow(
+            **asdict(environment), fingerprint=fingerprint))
 
     def runs(
         self,
@@ -771,6 +793,13 @@ class Store:
         """What a budget of `roles` counts now (see `claim`)."""
         with self._session() as session:
             return self._held(session, self._study_row(session, study_name).id, roles)
+
+    def count_runs(self, study_name: str, roles: Sequence[Role]) -> int:
+        """How many runs of `roles` the study has stored (a progress display's count)."""
+        with self._session() as session:
+            study = self._study_row(session, study_name)
+            return session.scalar(select(func.count(RunRow.id)).where(
+                RunRow.study_id == study.id, RunRow.role.in_([str(r) for r in roles]))) or 0
 
     def release(self, claim_id: int, state: ClaimState = ClaimState.INTERRUPTED) -> bool:
         """End a running claim without a run (default: interrupted, so anyone may claim it
