@@ -71,7 +71,7 @@ def environments(runs: Sequence[RunRecord]) -> list[EnvironmentGroup]:
     """
     keys = list(dict.fromkeys(r.env_key for r in runs if r.env_key is not None))
     if len(keys) <= 1:
-        return [_group(keys[0] if keys else None, list(runs))]
+        return [_group(keys[0] if keys else None, _as_list(runs))]
     groups = [_group(key, [r for r in runs if r.env_key in (key, None)]) for key in keys]
     first_baseline = {key: next((i for i, r in enumerate(runs) if r.env_key == key
                                  and r.role is Role.BASELINE and r.outcome.ok), len(runs))
@@ -87,11 +87,17 @@ def _group(key: str | None, runs: list[RunRecord]) -> EnvironmentGroup:
                             tuple(dict.fromkeys(e.host for e in known)), timed)
 
 
+def _as_list(runs: Sequence[RunRecord]) -> list[RunRecord]:
+    """`runs` itself when it is a list (one reading's readers share it: `programs` keeps
+    its last answer per list), else a list of it."""
+    return runs if isinstance(runs, list) else list(runs)
+
+
 def main_runs(runs: Sequence[RunRecord]) -> list[RunRecord]:
     """The runs of the study's main environment (`environments`): all of them when the
     study was measured in one."""
     if len({r.env_key for r in runs} - {None}) <= 1:
-        return list(runs)
+        return _as_list(runs)
     return environments(runs)[0].runs
 
 

@@ -13,7 +13,9 @@ answered from a table recorded on a real machine (`benchmarks/tables/`,
 `replay.TableLauncher`) after holding its "device" for `--device-s` seconds (a
 compile-only answer for a fifth of that), the time a real trial spends on the
 accelerator, during which a worker uses no CPU of its own. The figure is the wall time
-for the study to hold `--trials` trials, 1 worker against K; then the counts that show
+for the study to hold `--trials` trials (or to run out of distinct configurations: the
+recorded tables have 288), 1 worker against K, as trials stored per second; then the
+counts that show
 nothing was lost or measured twice: runs counted by `--trials`, configurations measured
 more than once in the environment, claims left running, Optuna trials left RUNNING.
 
@@ -126,7 +128,7 @@ def _measure(base: str, table_path: str, trials: int, workers: int, device_s: fl
         engine.dispose()
         counted = sum(roles[r] for r in ("baseline", "search", "recommended", "race"))
         return {"workers": workers, "trials": trials, "wall_s": round(wall, 2),
-                "trials_per_s": round(trials / wall, 3), "launched": launched,
+                "trials_per_s": round(counted / wall, 3), "launched": launched,
                 "counted": counted, "measured_twice": sum(c > 1 for c in Counter(flags).values()),
                 "claims_running": running, "optuna_running": open_trials}
     finally:
@@ -155,8 +157,13 @@ def main() -> None:
     for r in results:
         print(json.dumps(r))
     one, many = results
-    print(f"{args.workers} workers: x{one['wall_s'] / many['wall_s']:.2f} the trials per "
-          f"second of 1 (goal x3.5); counted {many['counted']} of {args.trials}, measured "
+    for r in results:
+        if r["counted"] < args.trials:
+            print(f"note: with {r['workers']} worker(s) the study stopped at {r['counted']} "
+                  f"trials: the table's space has no more distinct configurations")
+    print(f"{args.workers} workers: x{many['trials_per_s'] / one['trials_per_s']:.2f} the "
+          f"trials per second of 1 (goal x3.5); counted {many['counted']} of {args.trials}, "
+          "measured "
           f"twice {many['measured_twice']}, claims left running {many['claims_running']}, "
           f"Optuna trials left RUNNING {many['optuna_running']}")
 
