@@ -405,12 +405,11 @@ class StudyRunner:
 
     def _too_early(self, trial: optuna.Trial, view: StudyView) -> bool:
         """Whether `trial` is a new proposal (no queued role) asked before this environment's
-        baseline is measured or the study's space is fitted: another process took the
-        queued baseline between this one's `_enqueue_next` and its `ask`. Nothing may be
-        sampled before the fit (Optuna keeps the first distributions of a param)."""
-        if "role" in trial.user_attrs:
-            return False
-        return not view.index.baseline_ok() or (self.plan.fit and self._fit is None)
+        baseline is measured: another process took the queued baseline between this one's
+        `_enqueue_next` and its `ask`. Nothing may be sampled before the baseline, and so
+        before the fit that follows it in `run` (Optuna keeps the first distributions of a
+        param)."""
+        return "role" not in trial.user_attrs and not view.index.baseline_ok()
 
     def _race(self, view: StudyView) -> tuple[str, RunRecord | None]:
         """Measure the search's leader again when it is not yet backed by enough processes

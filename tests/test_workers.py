@@ -121,18 +121,27 @@ def test_a_worker_needs_a_study_and_its_recipe(planned, sqlite_url):
 
 
 def test_the_cli_worker_names_what_is_wrong_and_exits_2(tmp_path):
-    db = tmp_path / "a.db"
+    db, newer = tmp_path / "a.db", tmp_path / "newer.db"
     with Store.open(f"sqlite:///{db}") as store:
         store.ensure_study("old", "cpu", "matmul", "tiny", 1, "paired")
+    Store.open(f"sqlite:///{newer}").close()
+    engine = create_engine(f"sqlite:///{newer}")
+    with engine.begin() as connection:  # a database a newer autotune migrated
+        connection.execute(text("UPDATE autotune_alembic_version SET version_num = '9999'"))
+    engine.dispose()
     cases = {("--study", "nope", "--storage", f"sqlite:///{db}"): "nope",
              ("--study", "old", "--storage", f"sqlite:///{db}"): "holds no recipe",
              ("--study", "x", "--storage", "mysq1://u@h/db"): "storage URL",
-             ("--study", "x", "--storage", f"sqlite:///{tmp_path}/missing.db"): "no database"}
+             ("--study", "x", "--storage", f"sqlite:///{tmp_path}/missing.db"): "no database",
+             ("--study", "x", "--storage", f"sqlite:///{newer}"): "is at '9999'",
+             ("--study", "x", "--storage", "postgresql+psycopg://nobody:s3cret@127.0.0.1:1/x"):
+                 "refused"}
     for args, words in cases.items():
         done = subprocess.run([sys.executable, "-m", "autotune", "worker", *args],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert words in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert "s3cret" not in done.stderr
     assert not (tmp_path / "missing.db").exists()
 
 
