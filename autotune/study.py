@@ -247,9 +247,9 @@ class StudyRunner:
                                 space_backend=p.space.backend,
                                 objectives=[o.value for o in p.objectives],
                                 memory_budget_bytes=p.memory_budget_bytes, plan=p.recorded())
-        if p.recipe is not None:
-            self.store.set_recipe(p.name, p.recipe)
-        if self._study is None:
+        if self._study is None:  # once: waiting loops call this every second
+            if p.recipe is not None:
+                self.store.set_recipe(p.name, p.recipe)
             self._study = self._open_optuna()
         self.reap(self._study)
         return self._study

@@ -17,15 +17,16 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from sql_rows import rows as _rows
 from sqlalchemy import create_engine, text
 
 from autotune._optuna import outcome_of
 from autotune.api import join_study, plan_study
 from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.records import ClaimState, ClaimVerdict, Role
+from autotune.spaces.loader import spaces_dir
 from autotune.storage import Store
 from autotune.study import StudyRunner
 
@@ -94,7 +95,7 @@ def test_a_worker_of_another_autotune_is_refused_and_writes_nothing(planned, sql
 
 def test_a_worker_whose_space_file_differs_is_refused(tmp_path, sqlite_url):
     space = tmp_path / "mine.yaml"
-    space.write_text(_builtin_space("cpu").read_text())
+    space.write_text((spaces_dir() / "cpu.yaml").read_text())
     planned = plan_study(space=str(space), name="filed", trials=2, **TINY)
     _prepared(planned, sqlite_url)
     space.write_text(space.read_text() + "\n# edited on this machine\n")
@@ -103,12 +104,6 @@ def test_a_worker_whose_space_file_differs_is_refused(tmp_path, sqlite_url):
         join_study("filed", sqlite_url)
     assert "give every worker the same files" in str(caught.value)
     assert _counts(sqlite_url) == before
-
-
-def _builtin_space(name: str) -> Path:
-    from autotune._resources import data_dir
-
-    return data_dir("search_spaces") / f"{name}.yaml"
 
 
 def test_a_worker_needs_a_study_and_its_recipe(planned, sqlite_url):
@@ -203,15 +198,6 @@ def test_the_last_worker_is_the_one_that_finds_no_other_live_search(planned, sql
 
 
 # --- real workers ----------------------------------------------------------------------
-
-
-def _rows(url: str, query: str) -> list[tuple]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return [tuple(row) for row in connection.execute(text(query))]
-    finally:
-        engine.dispose()
 
 
 def _measured_once(url: str) -> list[str]:
