@@ -19,6 +19,7 @@ or imports typer or rich; progress reaches the caller through callbacks.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -111,6 +112,7 @@ class Joined:
     confirm: int
     confirm_repeats: int
     shrink: bool
+    pgle: int = 0
 
 
 def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path | None = None,
@@ -124,7 +126,7 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
                base_env: Mapping[str, str] | None = None, fit: bool = True,
                racing: bool = True, heartbeat_s: int = 30, launcher: str | None = None,
                confirm: int = 3, confirm_repeats: int = 4,
-               shrink: bool = True) -> PlannedStudy:
+               shrink: bool = True, pgle: int = 0) -> PlannedStudy:
     """Validate what the user asked for and check the space against the installed XLA.
 
     The arguments are `autotune study`'s options (sizes as text like `12GiB`;
@@ -132,8 +134,9 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
     documented instead of fitting it to the workload, `autotune.spaces.fit`;
     `racing` False never measures the search's leader again, `autotune.results.evidence`;
     `heartbeat_s` how often a worker says it is alive; `launcher` a cluster launcher
-    template for multi-host trials; `confirm`, `confirm_repeats` and `shrink` what a
-    worker that ends the search does next). Nothing touches the database. The plan
+    template for multi-host trials; `confirm`, `confirm_repeats`, `shrink` and `pgle`
+    (the best K configurations measured again with a PGLE profile) what a worker that
+    ends the search does next). Nothing touches the database. The plan
     carries its `recipe`: these arguments as JSON, with files as absolute paths, the
     creator's XLA and JAX variables and this autotune's version and source digest.
 
@@ -184,6 +187,7 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
         "base_env": {k: v for k, v in plan.base_env.items()
                      if k.startswith(BASE_ENV_PREFIXES) and k not in OWN_ENV},
         "confirm": confirm, "confirm_repeats": confirm_repeats, "shrink": shrink,
+        "pgle": pgle,
         "autotune": _identity()}
     return PlannedStudy(replace(plan, recipe=recipe), checked, report)
 
@@ -235,7 +239,7 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
             "give every worker the same files and autotune")
     return Joined(replace(planned, plan=replace(planned.plan, recipe=None)), store,
                   int(recipe.get("confirm", 3)), int(recipe.get("confirm_repeats", 4)),
-                  bool(recipe.get("shrink", True)))
+                  bool(recipe.get("shrink", True)), int(recipe.get("pgle", 0)))
 
 
 def _identity() -> dict[str, str]:
@@ -298,11 +302,13 @@ class Study:
         return cls(planned.plan.name, storage, planned)
 
     def run(self, *, confirm: int = 3, confirm_repeats: int = 4, shrink: bool = True,
-            on_trial: Callable[[TrialEvent], None] | None = None,
+            pgle: int = 0, on_trial: Callable[[TrialEvent], None] | None = None,
             on_confirm: Callable[[ConfirmEvent], None] | None = None,
             on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
         """Measure the trials still to run, then confirm the best `confirm` configurations
-        `confirm_repeats` times each and shrink the recommendation (as `autotune study`).
+        `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
+        with `pgle` K, measure the best K again with a PGLE profile each
+        (`StudyRunner.pgle`), `confirm_repeats` processes each.
 
         Raises:
             UsageError: this Study was opened for reading (use `Study.create`).
@@ -324,6 +330,8 @@ class Study:
             runner.confirm(confirm, confirm_repeats, on_run=on_confirm)
             if shrink:
                 runner.shrink(confirm_repeats, on_run=on_shrink)
+            if pgle:
+                runner.pgle(pgle, confirm_repeats)
         return summary
 
     def runs(self) -> list[RunRecord]:
@@ -376,10 +384,16 @@ class Study:
         form = ExportFormat(one_of(fmt, [f.value for f in ExportFormat], "export format"))
         if rank is not None and trial is not None:
             raise UsageError("give --rank or --trial, not both")
-        record, runs = self._read()
-        document = export_document(record, runs, load_catalog(), rank=rank, trial=trial)
-        if path is not None:
-            write_export(document, Path(path), form)
+        store = open_store(self.storage, must_exist=True)
+        record, runs = store.get_study(self.name), store.runs(self.name)
+        catalog = load_catalog()
+        document = export_document(record, runs, catalog, rank=rank, trial=trial)
+        if path is None:
+            return document
+        if profile := _write_profile(store, document, runs, Path(path)):
+            document = export_document(record, runs, catalog, rank=rank, trial=trial,
+                                       pgle_profile=str(profile))
+        write_export(document, Path(path), form)
         return document
 
     def _read(self) -> tuple[StudyRecord, list[RunRecord]]:
@@ -390,6 +404,37 @@ class Study:
         """
         store = open_store(self.storage, must_exist=True)
         return store.get_study(self.name), store.runs(self.name)
+
+
+def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunRecord],
+                   path: Path) -> Path | None:
+    """Write the PGLE profile the export keeps (`document["pgle"]["keep"]`) beside `path`
+    as `STEM.pgle.pbtxt` with its record; returns its absolute path (None: none kept).
+
+    Raises:
+        ExportError: the profile is not stored (another database?) or cannot be written.
+    """
+    from autotune import pgle as rules
+    from autotune.errors import ExportError
+    from autotune.results.pgle import PROFILE_ARTIFACT, kept_profile_key
+
+    section = document.get("pgle")
+    if not section or not section.get("keep"):
+        return None
+    key = kept_profile_key(runs, document["trial"], document["flags"])
+    found = None if key is None else store.artifact(document["study"], key[0], key[1],
+                                                     PROFILE_ARTIFACT)
+    if found is None:
+        raise ExportError(f"study {document['study']!r} keeps a PGLE profile for these flags "
+                          "but does not hold it; run the study again with --pgle")
+    target = path.with_name(path.stem + ".pgle.pbtxt").resolve()
+    try:
+        rules.write_profile(str(target), rules.parse_pbtxt(found.content),
+                            rules.ProfileMeta.from_json(json.dumps(dict(found.meta))))
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror}; choose another -o path") \
+            from exc
+    return target
 
 
 def one_of(value: str, choices: Any, noun: str) -> str:
@@ -472,3 +517,91 @@ def _size(text: str | None, option: str) -> int | None:
     if size <= 0:
         raise UsageError(f"{option} '{text}' must be more than 0 bytes")
     return size
+
+
+@dataclass(frozen=True)
+class PgleResult:
+    """What `pgle` measured: the plan, each run's outcome and their verdict
+    (`autotune.results.pgle`)."""
+
+    plan: Any  # autotune.guided.PglePlan
+    workload: str
+    outcomes: list[Any]
+    verdict: Any  # autotune.results.pgle.PgleVerdict
+
+
+def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
+         command: str | None = None, config: str | Path | None = None,
+         preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
+         max_warmup: int = 30, timeout_per_trial: float = 300.0, mode: str = "manual",
+         profile_runs: int = 3, percentile: float = 50.0, repeats: int = 4,
+         out: str | Path | None = None, profile: str | Path | None = None,
+         base_env: Mapping[str, str] | None = None,
+         progress: Callable[[int, int, Any], None] | None = None) -> PgleResult:
+    """`autotune pgle`: profile a configuration, then time its PGLE performance run
+    against the same configuration without the profile in `repeats` fresh processes.
+
+    `config` is a file `autotune export` wrote (XLA's defaults when None); its
+    own profile path, if any, is left out. Manual mode collects the profile
+    into `out` (default `autotune-pgle/NAME-PRESET/`) as `profile.pbtxt`, or
+    reads the existing `profile` (never rewritten; each run refuses it where it
+    is stale); auto mode lets JAX profile (`jax_enable_pgle`).
+
+    Raises:
+        UsageError: an unknown benchmark, preset or mode; a bad config file; a
+            `profile` with auto mode, or one that is missing or has no record
+            beside it; repeats, profile runs or percentile out of range.
+    """
+    from autotune import pgle as rules
+    from autotune.bench import PRESETS
+    from autotune.config import load_config
+    from autotune.flags.catalog import load_catalog
+    from autotune.guided import PglePlan, model_identity, run_pgle
+    from autotune.launcher import SubprocessLauncher
+    from autotune.protocol import PGLE_MODES
+    from autotune.records import MeasureMode
+    from autotune.results.pgle import pgle_verdict
+    from autotune.trials import RequestSettings, with_device_count
+
+    work, argv = _workload(benchmark, script, command)
+    one_of(preset, PRESETS, "preset")
+    one_of(mode, PGLE_MODES, "mode")
+    _pgle_ranges(repeats, profile_runs, percentile)
+    flags = rules.without_profile(load_config(config).flags) if config is not None else {}
+    path = _pgle_profile(mode, profile, out, f"{work.name}-{preset}")
+    env = dict(os.environ if base_env is None else base_env)
+    settings = RequestSettings(
+        workload=work.path, preset=preset, mode=MeasureMode.PAIRED,
+        base_env=with_device_count(env, devices), steps=steps, warmup=warmup,
+        max_warmup=max_warmup, timeout_s=timeout_per_trial, command=argv)
+    plan = PglePlan(settings, flags, mode, path, mode == "manual" and profile is None,
+                    profile_runs, percentile, repeats,
+                    model_identity(work, preset, devices, argv))
+    outcomes = run_pgle(plan, load_catalog(), SubprocessLauncher(), progress)
+    return PgleResult(plan, work.name, outcomes, pgle_verdict(outcomes, flags))
+
+
+def _pgle_ranges(repeats: int, profile_runs: int, percentile: float) -> None:
+    if repeats < 1 or profile_runs < 1:
+        raise UsageError("--repeats and --profile-runs must be 1 or more")
+    if not 0 < percentile <= 100:
+        raise UsageError(f"--percentile {percentile} must lie in (0, 100]")
+
+
+def _pgle_profile(mode: str, profile: str | Path | None, out: str | Path | None,
+                  default: str) -> Path | None:
+    """Where manual mode writes (or, given `profile`, reads) the profile; None in auto."""
+    from autotune import pgle as rules
+
+    if mode == "auto":
+        if profile is not None:
+            raise UsageError("--profile is for --mode manual: auto mode lets JAX profile")
+        return None
+    if profile is None:
+        return (Path(out) if out is not None else Path("autotune-pgle") / default).resolve() \
+            / "profile.pbtxt"
+    try:
+        rules.read_profile(str(profile))
+    except ValueError as exc:
+        raise UsageError(f"--profile {profile}: {exc}") from None
+    return Path(profile).resolve()

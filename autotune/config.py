@@ -210,7 +210,45 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     _check_flags(file, document.flags, catalog)
     return Config(path=file, study=document.study, trial=document.trial,
                   recommended=document.recommended, reason=document.reason,
-                  flags=dict(document.flags), measured_on=document.measured_on)
+                  flags=_with_profile(file, dict(document.flags),
+                                    (document.model_extra or {}).get("pgle")),
+                  measured_on=document.measured_on)
+
+
+def _with_profile(file: Path, flags: dict[str, FlagValue], section: object) -> dict[str, FlagValue]:
+    """The flags with the PGLE profile's path taken from the file's `pgle.profile`
+    (beside the export, wherever the pair was moved), the profile checked fresh for the
+    installed XLA and these flags (`autotune.pgle.stale_reasons`; the program cannot be
+    compared without compiling). Flags without a kept profile are returned unchanged.
+
+    Raises:
+        ConfigFileError: the profile is missing, unreadable or stale (every reason named).
+    """
+    import importlib.metadata
+
+    from autotune import pgle as rules
+
+    name = section.get("profile") if isinstance(section, dict) else None
+    if not name:
+        return flags
+    profile = (file.parent / str(name)).resolve()
+    try:
+        _, meta = rules.read_profile(str(profile))
+    except ValueError as exc:
+        raise ConfigFileError(f"{file}: key pgle.profile: {exc}; export the study again "
+                              "to write the profile beside the file") from None
+    try:
+        xla = importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:
+        xla = meta.xla_version  # no jaxlib here: the job's own machine is where it counts
+    own = {k: v for k, v in rules.without_profile(flags).items()
+           if k != rules.LHS_FLAG or meta.flags.get(rules.LHS_FLAG) is not None}
+    if reasons := rules.stale_reasons(meta, xla_version=xla, backend=meta.backend,
+                                      fingerprint=None, flags=own):
+        raise ConfigFileError(f"{file}: the PGLE profile {profile} is stale: "
+                              + "; ".join(reasons) + ". Collect a new one with "
+                              "`autotune pgle --config` or run the study again with --pgle")
+    return {**flags, rules.PROFILE_PATH_FLAG: str(profile)}
 
 
 def _read(file: Path) -> str:

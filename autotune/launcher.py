@@ -141,6 +141,28 @@ def rank_message(report: RankReport) -> str:
 
 
 @dataclass(frozen=True)
+class PgleSpec:
+    """A PGLE trial (`autotune.protocol.Job.pgle_mode`; PAIRED only).
+
+    Attributes:
+        mode: "manual" (003's profile and performance runs) or "auto" (JAX's).
+        profile: manual: the cost profile's path, outside the trial's scratch.
+        collect: manual: profile first and write `profile` (else read it, and
+            the child refuses it where it is stale).
+        runs: runs profiled.
+        percentile: of each instruction's profiled durations.
+        model: the workload's identity, recorded with the profile.
+    """
+
+    mode: str = "manual"
+    profile: str | None = None
+    collect: bool = False
+    runs: int = 3
+    percentile: float = 50.0
+    model: str | None = None
+
+
+@dataclass(frozen=True)
 class TrialRequest:
     """Everything needed to run one trial.
 
@@ -184,6 +206,8 @@ class TrialRequest:
             which runs without
             the rank and size variables (`LAUNCHER_VARIABLES`) this process
             may have inherited from a launcher of its own.
+        pgle: a PGLE trial (`PgleSpec`): the configuration's PGLE candidate
+            timed against the configuration itself; None: an ordinary trial.
     """
 
     workload: Path
@@ -206,6 +230,7 @@ class TrialRequest:
     reference: Mapping[str, FlagValue] | None = None
     timed: bool = True
     launcher: str | None = None
+    pgle: PgleSpec | None = None
 
 
 class Launcher(ABC):
@@ -292,7 +317,7 @@ class SubprocessLauncher(Launcher):
             artifact_dir=str(scratch), known_programs=dict(request.known_programs),
             memory_budget_bytes=request.memory_budget_bytes,
             reference_options=request.reference_options,
-            phases=(Phase.COMPILE, Phase.MEASURE) if request.timed else (Phase.COMPILE,),
+            phases=_phases(request), **_pgle_fields(request.pgle),
         ).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
@@ -321,6 +346,21 @@ class SubprocessLauncher(Launcher):
                 f"process 0 reported success but the launcher exited with code {rc}: another "
                 f"process ended without a result ({last})"))
         return outcome
+
+
+def _phases(request: TrialRequest) -> tuple[Phase, ...]:
+    """Compile; then profile for a PGLE trial that collects its profile; then measure
+    unless the request is compile-only."""
+    profile = (Phase.PROFILE,) if request.pgle is not None and request.pgle.collect else ()
+    return (Phase.COMPILE, *profile, *((Phase.MEASURE,) if request.timed else ()))
+
+
+def _pgle_fields(spec: PgleSpec | None) -> dict[str, Any]:
+    """The job's PGLE fields of a request's `PgleSpec` (none for an ordinary trial)."""
+    if spec is None:
+        return {}
+    return {"pgle_mode": spec.mode, "pgle_profile": spec.profile, "pgle_runs": spec.runs,
+            "pgle_percentile": spec.percentile, "pgle_model": spec.model}
 
 
 def rank_files(result: Path) -> dict[int, Path]:

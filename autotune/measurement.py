@@ -53,6 +53,7 @@ def measurement_from_body(body: dict[str, Any]) -> Measurement:
         numerics_error=(body.get("numerics") or {}).get("max_rel_error"),
         same_program_as=body.get("same_program_as"),
         collectives=profile_from_json(body.get("collectives")),
+        pgle=body.get("pgle"),
     )
 
 

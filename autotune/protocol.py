@@ -91,6 +91,21 @@ class Job:
             ("baseline") executable is compiled with; None: XLA's defaults.
             Shrinking times a configuration less one flag against the
             configuration itself this way.
+        pgle_mode: None, or a PGLE job (PAIRED only; `autotune.pgle`): the
+            reference is the configuration itself (`compiler_options`) and the
+            candidate is 003's performance run of it. "manual": with the
+            `profile` phase the child first profiles the configuration with
+            the profile-run flags and writes the cost profile to
+            `pgle_profile`; without it, it reads that profile and refuses it
+            (`invalid_value`) where it is stale. "auto": JAX's automatic PGLE
+            (`jax_enable_pgle`, `pgle_runs` profiling runs) makes the
+            candidate; no file.
+        pgle_profile: the profile's path (manual mode), on a filesystem the
+            parent sees (the trial's scratch folder is removed).
+        pgle_runs: runs profiled (manual) or JAX's profiling runs (auto).
+        pgle_percentile: of each instruction's profiled durations.
+        pgle_model: the workload's identity, recorded with a profile and
+            compared with it.
     """
 
     steps: int = 20
@@ -107,6 +122,11 @@ class Job:
     artifact_dir: str | None = None
     memory_budget_bytes: int | None = None
     reference_options: Mapping[str, OptionValue] | None = None
+    pgle_mode: str | None = None
+    pgle_profile: str | None = None
+    pgle_runs: int = 3
+    pgle_percentile: float = 50.0
+    pgle_model: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.prune_curve, list):  # JSON's lists, kept as a tuple like phases
@@ -223,6 +243,38 @@ def _check_job(job: Job) -> None:
                             f"null, got {budget!r}")
     if job.artifact_dir is not None and not isinstance(job.artifact_dir, str):
         raise ProtocolError(f"job field 'artifact_dir': expected a path, got {job.artifact_dir!r}")
+    _check_pgle(job)
+
+
+#: The ways a PGLE job makes its candidate (`Job.pgle_mode`).
+PGLE_MODES = ("manual", "auto")
+
+
+def _check_pgle(job: Job) -> None:
+    """The PGLE fields: a mode only in PAIRED mode, a profile path for manual mode, the
+    `profile` phase only in a PGLE job, runs >= 1 and a percentile in (0, 100]."""
+    if not _is_int(job.pgle_runs) or job.pgle_runs < 1:
+        raise ProtocolError(f"job field 'pgle_runs': expected an integer >= 1, "
+                            f"got {job.pgle_runs!r}")
+    if not (_is_number(job.pgle_percentile) and 0 < job.pgle_percentile <= 100):
+        raise ProtocolError(f"job field 'pgle_percentile': expected a number in (0, 100], "
+                            f"got {job.pgle_percentile!r}")
+    for name in ("pgle_profile", "pgle_model"):
+        if getattr(job, name) is not None and not isinstance(getattr(job, name), str):
+            raise ProtocolError(f"job field {name!r}: expected text, got {getattr(job, name)!r}")
+    if job.pgle_mode is None:
+        if Phase.PROFILE in job.phases:
+            raise ProtocolError("job field 'phases': 'profile' needs a PGLE job (pgle_mode)")
+        return
+    if job.pgle_mode not in PGLE_MODES:
+        raise ProtocolError(f"job field 'pgle_mode': expected one of {list(PGLE_MODES)} or "
+                            f"null, got {job.pgle_mode!r}")
+    if job.compiler_options is None or job.reference_options is not None:
+        raise ProtocolError("job field 'pgle_mode': a PGLE job is PAIRED (compiler_options) "
+                            "and its reference is the configuration itself (no "
+                            "reference_options)")
+    if job.pgle_mode == "manual" and not job.pgle_profile:
+        raise ProtocolError("job field 'pgle_profile': manual PGLE needs the profile's path")
 
 
 def _check_curve(curve: object) -> None:
@@ -290,6 +342,7 @@ def parse_result(text: str) -> dict[str, Any]:
                                 f"(got {body.get(required)!r})")
     _check_result_fields(body)
     _check_collectives(body.get("collectives"))
+    _check_pgle_result(body.get("pgle"))
     return body
 
 
@@ -332,3 +385,22 @@ def _check_collectives(value: object) -> None:
             if not (_is_int(v) and v >= 0):
                 raise ProtocolError(f"result field 'collectives.{kind}.{name}': expected a "
                                     f"whole number, got {v!r}")
+
+
+#: The `pgle` object of a PGLE job's result: what each key holds (`autotune.child.pgle_phase`).
+PGLE_RESULT: dict[str, tuple[type, ...]] = {
+    "mode": (str,), "profile": (str, type(None)), "collected": (bool,), "costs": (int,),
+    "source": (str,), "names_in_program": (int,), "profile_fingerprint": (str, type(None)),
+    "note": (str,)}
+
+
+def _check_pgle_result(value: object) -> None:
+    """`pgle`, when present: an object whose known keys have their type (`PGLE_RESULT`)."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ProtocolError(f"result field 'pgle': expected an object, got {value!r}")
+    for key, kinds in PGLE_RESULT.items():
+        if key in value and (not isinstance(value[key], kinds) or (
+                kinds == (int,) and isinstance(value[key], bool))):
+            raise ProtocolError(f"result field 'pgle.{key}': wrong type, got {value[key]!r}")

@@ -45,6 +45,7 @@ class Role(StrEnum):
     FINGERPRINT = "fingerprint"  # compiled only, for its program's fingerprint (shrinking)
     ABLATION = "ablation"  # the winner less one flag, timed against the winner in one process
     MINIMAL = "minimal"  # the shrunk winner, timed against XLA's defaults
+    PGLE = "pgle"  # a configuration's PGLE performance run, timed against the configuration
 
 
 class MeasureMode(StrEnum):
@@ -132,6 +133,9 @@ class Measurement:
     #: kind -> its collectives in the compiled program (kinds the program lacks are left
     #: out); None where it was not read (runs stored before it was).
     collectives: Mapping[str, CollectiveStats] | None = None
+    #: a PGLE job's facts (`autotune.protocol.PGLE_RESULT`: mode, profile path, costs,
+    #: source, names found in the candidate's program, note); None for any other job
+    pgle: Mapping[str, Any] | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -369,6 +373,28 @@ class WorkerRecord:
     def owner(self) -> str:
         """`host:pid`, as the study's trials name their owner."""
         return f"{self.owner_host}:{self.owner_pid}"
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """A file a trial produced that later processes (on other machines) and the export
+    need, stored in the database (`Store.put_artifact`), e.g. a PGLE cost profile.
+
+    One per (study, `env_key`, `trial_number`, `kind`): storing another with the same
+    four replaces it (a re-collected profile wins). `kind` names what it is
+    (`"pgle-profile"`: the profile's text proto), at most 32 characters; `content`
+    is the file's text, whole (tens of KB to a few MB); `meta` is a JSON-ready
+    document of what it belongs to (for a profile: the program, the flags, where and
+    how it was collected). `created_at` is when it was last stored, in UTC.
+    """
+
+    study: str
+    trial_number: int
+    env_key: str
+    kind: str
+    content: str
+    meta: Mapping[str, Any]
+    created_at: datetime
 
 
 @dataclass(frozen=True)

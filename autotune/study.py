@@ -93,6 +93,7 @@ from autotune.workloads import WorkloadInfo
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.guided import PgleEvent
     from autotune.spaces import Space
 
 #: Proposals in a row that repeat measured configurations before a study stops.
@@ -226,6 +227,7 @@ class StudyRunner:
             plan.name, roles=[Role.BASELINE], env_key=self.env_key))
         self._grid: list[tuple[dict[str, Any], str]] | None = None
         self._study: optuna.Study | None = None
+        self._rdb: Any = None  # Optuna's RDB storage, once opened here
         #: The space trials are sampled from: the plan's, or the one fitted to the
         #: workload once `fit_space` has adopted the study's fit.
         self.space: Space = plan.space
@@ -433,7 +435,8 @@ class StudyRunner:
         if claim is None or verdict is not ClaimVerdict.CLAIMED:
             return "skip", None
         try:
-            outcome = self.judge.guard(self._measure(self.judge.request(first.flags), claim.id))
+            outcome = self.judge.guard(
+                self.measure_claimed(self.judge.request(first.flags), claim.id))
         except BaseException:
             with deferred_interrupt():
                 self.store.release(claim.id)
@@ -552,7 +555,7 @@ class StudyRunner:
         (no trial) and return its program's fingerprint (None: it did not compile)."""
         request = replace(self.judge.request({}), flags=dict(config), timed=False,
                           compiler_options=compiler_options(config, self.judge.catalog))
-        outcome = self._measure(request, claim_id) if claim_id is not None \
+        outcome = self.measure_claimed(request, claim_id) if claim_id is not None \
             else self.launcher.launch(request)
         with deferred_interrupt():
             self.store.record_run(self.plan.name, None, Role.FINGERPRINT, dict(config),
@@ -573,6 +576,15 @@ class StudyRunner:
     def remaining(self) -> int:
         """Trials still to launch before the study holds `plan.trials` measured ones."""
         return max(0, self.plan.trials - self.store.held(self.plan.name, BUDGET_ROLES))
+
+    def pgle(self, top: int, repeats: int,
+             on_run: Callable[[PgleEvent], None] | None = None
+             ) -> list[tuple[int, dict[str, FlagValue]]]:
+        """The PGLE phase (`autotune.guided.study_pgle`): the best `top` configurations
+        measured again with a profile collected for each."""
+        from autotune.guided import study_pgle
+
+        return study_pgle(self, top, repeats, on_run)
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
@@ -640,7 +652,7 @@ class StudyRunner:
             self.judge.request(step.flags), timed=step.timed, reference=reference,
             reference_options=compiler_options(reference, self.judge.catalog)
             if reference is not None else None)
-        outcome = self._measure(request, claim_id)
+        outcome = self.measure_claimed(request, claim_id)
         with deferred_interrupt():
             self.store.record_run(self.plan.name, number, step.role, step.flags,
                                   self.judge.user_env(step.flags), outcome,
@@ -648,7 +660,7 @@ class StudyRunner:
                                   env_key=self.env_key)
         return outcome
 
-    def _measure(self, request: TrialRequest, claim_id: int) -> TrialOutcome:
+    def measure_claimed(self, request: TrialRequest, claim_id: int) -> TrialOutcome:
         """Launch one measurement under the claim `claim_id`, beating its heartbeat every
         `CLAIM_BEAT_S` seconds (a third of `plan.heartbeat_s` where that is shorter)
         meanwhile, so readers see a live worker (`Store.live_claims`)."""
@@ -689,7 +701,7 @@ class StudyRunner:
         if claim is None or verdict is not ClaimVerdict.CLAIMED:
             return None
         try:
-            outcome = self._measure(self.judge.request(flags), claim.id)
+            outcome = self.measure_claimed(self.judge.request(flags), claim.id)
         except BaseException:
             with deferred_interrupt():
                 self.store.release(claim.id)
@@ -734,7 +746,20 @@ class StudyRunner:
         """Optuna's storage with heartbeats (stale trials failed, retried once)."""
         if not isinstance(self.storage, str):
             return self.storage
-        return rdb_storage(self.storage, create=True, heartbeat_s=self.plan.heartbeat_s)
+        self._rdb = rdb_storage(self.storage, create=True, heartbeat_s=self.plan.heartbeat_s)
+        return self._rdb
+
+    def close(self) -> None:
+        """Release this runner's connections (autotune's store and Optuna's engine).
+
+        On SQLite in write-ahead mode the last connection to close folds the log into
+        the database file: closing here, when the command ends, keeps that from
+        happening later, at an arbitrary moment, when the objects are collected.
+        """
+        engine = getattr(self._rdb, "engine", None)
+        if engine is not None:
+            engine.dispose()
+        self.store.close()
 
     def _enqueue_next(self, study: optuna.Study, view: StudyView) -> bool:
         """Queue the baseline, the recommended configuration, or the next grid point.
@@ -793,7 +818,7 @@ class StudyRunner:
         if role is not Role.BASELINE and request.compiler_options is not None:
             request = replace(request, known_programs=index.known_programs())
         with beating(study, trial):
-            outcome = self._measure(request, claim.id)  # Ctrl-C here kills the child
+            outcome = self.measure_claimed(request, claim.id)  # Ctrl-C here kills the child
         with deferred_interrupt():  # recorded and told together, or neither
             outcome = self.judge.guard(outcome)
             ratio = self.judge.ratio(outcome)

@@ -519,8 +519,7 @@ def test_bad_workload_options_are_usage_errors(tmp_path, args, words):
 def test_benchmarks_list_shows_the_collectives_from_the_compiled_hlo(tmp_path):
     listed = invoke("benchmarks", "list", "--devices", "4", cwd=tmp_path)
     assert listed.exit_code == 0, listed.output
-    rows = {line.split("│")[1].strip(): line for line in listed.output.splitlines()
-            if line.startswith("│")}
+    rows = {row[0]: " ".join(row) for row in table_rows(listed.output)}  # cells span lines
     assert "all-gather" in rows["transformer"] and "reduce-scatter" in rows["transformer"]
     assert "all-reduce" in rows["mlp-dp"]
     assert "all-gather" in rows["collective-matmul"]

@@ -55,6 +55,7 @@ AUTOTUNE_TABLES = {
     "autotune_studies",
     "autotune_runs",
     "autotune_claims",
+    "autotune_artifacts",
 }
 
 FULL = Measurement(
@@ -87,6 +88,9 @@ FULL = Measurement(
     collectives={"all-reduce": CollectiveStats(count=2, bytes=4096, loop_count=1,
                                                loop_bytes=1024, smallest_bytes=4,
                                                largest_bytes=3072)},
+    pgle={"mode": "manual", "profile": "/p/profile.pbtxt", "collected": True, "costs": 12,
+          "source": "trace-events", "names_in_program": 12,
+          "profile_fingerprint": "0123456789abcdef", "note": ""},
 )
 OK = TrialOutcome(
     OutcomeKind.OK, "ok", FULL, duration_s=9.5, exit_code=0, stdout_tail="out", stderr_tail="err"
@@ -426,6 +430,9 @@ FULL_READ_BACK = {
     "collectives": {"all-reduce": CollectiveStats(count=2, bytes=4096, loop_count=1,
                                                   loop_bytes=1024, smallest_bytes=4,
                                                   largest_bytes=3072)},
+    "pgle": {"mode": "manual", "profile": "/p/profile.pbtxt", "collected": True, "costs": 12,
+             "source": "trace-events", "names_in_program": 12,
+             "profile_fingerprint": "0123456789abcdef", "note": ""},
 }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from autotune.bench import Workload
 from autotune.child.failure import Failure, classified
+from autotune.child.pgle_phase import pgle_candidate
 from autotune.child.program import (
     collectives,
     hlo_stats,
@@ -70,8 +71,10 @@ def measure(work: Workload, job: Job, rank: int = 0) -> dict[str, Any]:
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
     lowered = step.lower(*work.args)
     agree = process_0_agreement()
-    result: dict[str, Any] = {"mode": "paired" if job.paired else "direct"}
     dumps = _dump_root(job.artifact_dir, rank)
+    if job.pgle_mode is not None:
+        return _pgle(work, job, lowered, dumps, agree)
+    result: dict[str, Any] = {"mode": "paired" if job.paired else "direct"}
     cand, result["compile_time_s"] = compile_lowered(
         lowered, job.compiler_options or {}, _subdir(dumps, "candidate"))
     result["fingerprint"] = program_fingerprint(_subdir(dumps, "candidate"))
@@ -93,6 +96,23 @@ def measure(work: Workload, job: Job, rank: int = 0) -> dict[str, Any]:
     result["hlo_stats"] = hlo_stats(cand)
     result["collectives"] = collectives(cand)
     result.update(memory_figures(cand, direct=not job.paired))
+    return result
+
+
+def _pgle(work: Workload, job: Job, lowered: Any, dumps: str | None,
+          agree: Agree | None) -> dict[str, Any]:
+    """A PGLE job (`autotune.child.pgle_phase`): the configuration's PGLE candidate timed
+    against the configuration itself. The HLO facts and memory are the candidate's
+    (the reference's where JAX compiled the candidate itself, in auto mode)."""
+    ref, cand, result = pgle_candidate(lowered, work.step, work.args, job, dumps)
+    result["mode"] = "paired"
+    if Phase.MEASURE in job.phases:
+        result.update(time_paired(ref, cand, work.args, job, agree))
+        result.update(numerics_facts(cand, ref, work.args))
+    shown = cand if hasattr(cand, "as_text") else ref
+    result["hlo_stats"] = hlo_stats(shown)
+    result["collectives"] = collectives(shown)
+    result.update(memory_figures(shown, direct=False))
     return result
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from autotune.cli import apply, catalog, dashboard, importance, results, study, worker
+from autotune.cli import apply, catalog, dashboard, importance, pgle, results, study, worker
 from autotune.cli._common import friendly
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -32,6 +32,7 @@ app.command("studies")(friendly(results.studies))
 app.command("trials")(friendly(results.trials))
 app.command("importance")(friendly(importance.importance))
 app.command("apply")(friendly(apply.apply))
+app.command("pgle")(friendly(pgle.pgle))
 app.command("dashboard")(friendly(dashboard.dashboard))
 app.command("report")(friendly(dashboard.report))
 spaces_app.command("list")(friendly(catalog.spaces_list))

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import fmt_flags, literal, one_of, out
+from autotune.cli._common import (
+    FormatOpt,
+    OutputFormat,
+    fmt_flags,
+    literal,
+    one_of,
+    out,
+    print_json,
+)
 
 
 def spaces_list() -> None:
@@ -27,22 +35,43 @@ def spaces_list() -> None:
     out.print(table)
 
 
+#: Width of the `benchmarks list` table: a terminal of 80 columns shows it whole.
+BENCHMARKS_TABLE_WIDTH = 80
+
+
 def benchmarks_list(
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="[NAME]...", help="Only these benchmarks (default: all).")] = None,
     devices: Annotated[int, typer.Option(min=1, help="Devices to compile for.")] = 8,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
-    """List the built-in benchmarks and the collectives each compiles to."""
+    """List the built-in benchmarks and the collectives each compiles to.
+
+    Each kind's count is followed by how many of them run inside a while loop
+    (what pipelining and double buffering act on). JSON: a list of
+    `{benchmark, description, presets, collectives: {kind: {count, in_loop}}}`,
+    with `error` in place of `collectives` where the benchmark did not compile.
+    """
     from rich.table import Table
 
-    from autotune.inventory import collectives, describe
-    from autotune.workloads import list_benchmarks
+    from autotune.inventory import collectives, describe, entry
+    from autotune.workloads import list_benchmarks, resolve_benchmark
 
-    table = Table("benchmark", f"collectives in the HLO (tiny, {devices} devices)",
-                  "description")
-    infos = list_benchmarks()
+    infos = [resolve_benchmark(n) for n in names] if names else list_benchmarks()
     with out.status("compiling each benchmark once (cached afterwards)..."):
-        rows = [(info, describe(collectives(info, devices))) for info in infos]
+        rows = [(info, collectives(info, devices)) for info in infos]
+    if fmt == OutputFormat.JSON:
+        print_json([entry(info, found) for info, found in rows])
+        return
+    table = Table(width=BENCHMARKS_TABLE_WIDTH)
+    table.add_column("benchmark", no_wrap=True,  # never cut a name
+                     min_width=max((len(info.name) for info in infos), default=9))
+    table.add_column(f"collectives (tiny, {devices} devices)", overflow="fold")
+    table.add_column("description", overflow="fold", ratio=1)
     for info, found in rows:
-        table.add_row(info.name, found, info.description)
+        shown = literal(found) if isinstance(found, str) else "\n".join(
+            literal(line) for line in describe(found).splitlines())
+        table.add_row(literal(info.name), shown, literal(info.description))
     out.print(table)
 
 
@@ -65,6 +94,8 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
         when = f"\nonly when {_fmt_when(cond)}" if cond else ""
         if param.name in group_of:
             when += f"\nset by group {literal(group_of[param.name])} (below)"
+        if param.exercised_by:
+            when += f"\nexercised by {literal(', '.join(param.exercised_by))}"
         table.add_row(literal(param.flag), literal(param.describe()) + when, literal(param.source))
     out.print(table)
     for group in sp.groups.values():

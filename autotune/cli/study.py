@@ -81,6 +81,10 @@ def study(
     launcher: Annotated[str | None, typer.Option(
         help="Run each trial through a cluster launcher, e.g. \"srun -N 2 "
              "--ntasks-per-node 1 {cmd}\" ({cmd} is the trial; process 0 reports).")] = None,
+    pgle: Annotated[int, typer.Option(
+        min=0, help="After confirmation, measure the best K configurations again with a "
+                    "PGLE profile collected for each; `export` carries a profile that is "
+                    "confirmed faster (paired mode; 0: off).")] = 0,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     from autotune.api import plan_study
@@ -98,7 +102,7 @@ def study(
             prune_margin=prune_margin if prune else None,
             trial_memory_limit=trial_memory_limit, fit=fit, racing=racing,
             heartbeat_s=heartbeat, launcher=launcher, confirm=confirm,
-            confirm_repeats=confirm_repeats, shrink=shrink)
+            confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle)
     _print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
@@ -110,12 +114,17 @@ def study(
         runner.prepare()  # the study and its recipe stored before any worker reads them
         run_local_workers(store, plan, workers)
         return
-    _run_with_progress(runner, plan)
-    if confirm and plan.objectives != (Objective.MEMORY,):
-        _confirm_with_progress(runner, confirm, confirm_repeats)
-        if shrink:
-            _shrink_with_progress(runner, confirm_repeats)
-    print_best(store, plan.name, limit=10)
+    try:
+        _run_with_progress(runner, plan)
+        if confirm and plan.objectives != (Objective.MEMORY,):
+            _confirm_with_progress(runner, confirm, confirm_repeats)
+            if shrink:
+                _shrink_with_progress(runner, confirm_repeats)
+            if pgle:
+                _pgle_with_progress(runner, pgle, confirm_repeats)
+        print_best(store, plan.name, limit=10)
+    finally:
+        runner.close()
 
 
 def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
@@ -137,6 +146,15 @@ def _shrink_with_progress(runner: Any, repeats: int) -> None:
               f"{len(state.minimal) + len(dropped)} flags"
               + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
               + (f" ({literal(state.note)})" if state.note else ""), highlight=False)
+
+
+def _pgle_with_progress(runner: Any, top: int, repeats: int) -> None:
+    """The PGLE phase, one line per run (see `StudyRunner.pgle`)."""
+    out.print(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
+              "processes each, timed against the same flags without it")
+    runner.pgle(top, repeats, on_run=lambda ev: out.print(
+        f"pgle {ev.done}/{ev.total}: trial #{ev.trial_number} {_confirm_text(ev)}",
+        highlight=False))
 
 
 def _shrink_text(ev: Any) -> str:

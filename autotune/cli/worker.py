@@ -64,7 +64,7 @@ def worker(
         out.print(f"{who}done; other workers are still measuring, and the last to finish "
                   "confirms", highlight=False)
         return
-    _finish(runner, joined.confirm, joined.confirm_repeats, joined.shrink)
+    _finish(runner, joined.confirm, joined.confirm_repeats, joined.shrink, joined.pgle)
 
 
 def confirm(
@@ -79,6 +79,9 @@ def confirm(
     shrink: Annotated[bool | None, typer.Option(
         "--shrink/--no-shrink", help="Shrink the recommendation afterwards (default: the "
                                      "study's).")] = None,
+    pgle: Annotated[int | None, typer.Option(
+        min=0, help="Then measure the best K again with a PGLE profile each (default: the "
+                    "study's).")] = None,
 ) -> None:
     """Confirm the best configurations of NAME and shrink the recommendation (what the
     last worker does when the search is done), waiting for running search trials."""
@@ -92,12 +95,16 @@ def confirm(
                          joined.store.url, facts=joined.planned.report.environment)
     runner.prepare()
     _finish(runner, top or joined.confirm or 3, repeats or joined.confirm_repeats,
-            joined.shrink if shrink is None else shrink)
+            joined.shrink if shrink is None else shrink, joined.pgle if pgle is None else pgle)
 
 
-def _finish(runner: Any, top: int, repeats: int, shrink: bool) -> None:
-    """Confirm, shrink (as the study's plan asks) and print the best table."""
-    from autotune.cli.study import _confirm_with_progress, _shrink_with_progress
+def _finish(runner: Any, top: int, repeats: int, shrink: bool, pgle: int = 0) -> None:
+    """Confirm, shrink, PGLE (as the study's plan asks) and print the best table."""
+    from autotune.cli.study import (
+        _confirm_with_progress,
+        _pgle_with_progress,
+        _shrink_with_progress,
+    )
     from autotune.search import Objective
 
     plan = runner.plan
@@ -105,6 +112,8 @@ def _finish(runner: Any, top: int, repeats: int, shrink: bool) -> None:
         _confirm_with_progress(runner, top, repeats)
         if shrink:
             _shrink_with_progress(runner, repeats)
+        if pgle:
+            _pgle_with_progress(runner, pgle, repeats)
     print_best(runner.store, plan.name, limit=10)
 
 

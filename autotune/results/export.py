@@ -103,7 +103,7 @@ def exported_at() -> str:
 
 def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
                     rank: int | None = None, trial: int | None = None,
-                    candidates: int = 10) -> dict[str, Any]:
+                    candidates: int = 10, pgle_profile: str | None = None) -> dict[str, Any]:
     """The export mapping: the recommendation, or an explicit pick.
 
     Without `rank` or `trial` the document holds what `ranking.recommend`
@@ -114,6 +114,12 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
     `recommended` true only when it is the recommendation, with the reason.
     `candidates` lists the first rows of `best` either way, as evidence. A study
     measured in several environments exports from its main one (`ranking.main_runs`).
+
+    `pgle` says what the PGLE phase found for the exported flags (None when it
+    did not measure them, `autotune.results.pgle`). Where it keeps a profile and
+    `pgle_profile` names the file the caller writes it to, the flags are 003's
+    performance run of the configuration (the latency hiding scheduler on and
+    that path) and `pgle.profile` names the file.
 
     Raises:
         ExportError: the study has no such rank or trial, or nothing of it
@@ -141,6 +147,7 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
                               "see why, fix it, and run the study again")
         run, recommended, reason, position = baseline, False, rec.reason, None
         body = _defaults(baseline)
+    body = _with_pgle(body, runs, run.trial_number, catalog, pgle_profile)
     return {
         "schema_version": EXPORT_SCHEMA_VERSION,
         "study": study.name,
@@ -154,6 +161,37 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         "memory_budget_bytes": study.memory_budget_bytes,
         "exported_at": exported_at(),
     }
+
+
+def _with_pgle(body: dict[str, Any], runs: list[RunRecord], number: int | None,
+               catalog: Any, profile: str | None) -> dict[str, Any]:
+    """`body` with its `pgle` key; with the flags of 003's performance run where the
+    PGLE phase kept a profile for these very flags and `profile` names its file."""
+    from autotune import pgle as rules
+    from autotune.results.pgle import pgle_json, pgle_runs, pgle_verdict
+
+    mine = [] if number is None else pgle_runs(runs, number, body["flags"])
+    if not mine:
+        return {**body, "pgle": None}
+    verdict = pgle_verdict([r.outcome for r in mine], body["flags"])
+    section = {key: value for key, value in pgle_json(verdict).items()
+               if key in _PGLE_KEYS} | {"profile": None}
+    if not verdict.keep or profile is None:
+        return {**body, "pgle": section}
+    flags = rules.performance_options(body["flags"], profile)
+    from autotune.flags.compose import compose_env, split_per_compile, xla_flags_string
+
+    options, environment_only = split_per_compile(flags, catalog)
+    return {**body, "flags": flags, "changed_from_defaults": changed_flags(flags, catalog),
+            "env": compose_env(flags, {}, catalog), "xla_flags": xla_flags_string(flags, catalog),
+            "jax": {"compiler_options": options,
+                    "env": compose_env(environment_only, {}, catalog)},
+            "pgle": {**section, "profile": os.path.basename(profile)}}
+
+
+#: What the export says about PGLE (`autotune.results.pgle.pgle_json`'s keys).
+_PGLE_KEYS = ("keep", "verdict", "speedup", "speedup_interval", "runs", "same_program",
+              "profile_costs", "profile_fingerprint", "note")
 
 
 def _pick(study: StudyRecord, order: Order,

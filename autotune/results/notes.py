@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from autotune.records import RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
+from autotune.results.pgle import study_verdicts, verdict_text
 from autotune.results.ranking import (
     BestRow,
     EnvironmentGroup,
@@ -52,7 +53,14 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
     notes.append(Note("memory_source", f"peak memory from: {', '.join(sources) or '-'}"))
     notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
                           noise_note(rows), backend_note(record, runs)) if n is not None]
-    return notes + fit_notes(record)
+    return notes + fit_notes(record) + pgle_notes(runs)
+
+
+def pgle_notes(runs: Sequence[RunRecord]) -> list[Note]:
+    """One sentence per configuration the PGLE phase measured (kind `pgle`): its speedup
+    over the same flags without a profile, and whether the profile is kept."""
+    return [Note("pgle", verdict_text(number, verdict))
+            for number, verdict in study_verdicts(main_runs(runs))]
 
 
 def fit_notes(record: StudyRecord) -> list[Note]:

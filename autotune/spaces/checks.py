@@ -7,7 +7,7 @@ turns the first one into a `SpaceValidationError` with file and line.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +195,24 @@ def _check_unset(base: tuple[Any, ...], param: Param) -> Iterator[Problem]:
         yield Problem((*base, "allow_unset"), f"allow_unset on a range of {count - 1} values "
                       "is not supported (it is sampled as one categorical)",
                       f"Narrow the range or add a step (at most {MAX_UNSET_RANGE} values).")
+
+
+def check_exercised_by(model: SpaceFile, benchmarks: Callable[[], Iterable[str]]) -> list[Problem]:
+    """Each param's `exercised_by` names built-in benchmarks, each once. `benchmarks`
+    gives their names; it is called only when some param has the key."""
+    problems: list[Problem] = []
+    known: list[str] | None = None
+    for name, spec in model.params.items():
+        for i, bench in enumerate(spec.exercised_by or ()):
+            known = sorted(benchmarks()) if known is None else known
+            path = ("params", name, "exercised_by", i)
+            if bench not in known:
+                problems.append(Problem(path, f"'{bench}' is not a built-in benchmark",
+                                        did_you_mean(bench, known, "benchmarks")))
+            elif bench in (spec.exercised_by or [])[:i]:
+                problems.append(Problem(path, f"benchmark '{bench}' is listed twice",
+                                        "List each benchmark once."))
+    return problems
 
 
 def check_fixed(model: SpaceFile, catalog: Catalog) -> list[Problem]:

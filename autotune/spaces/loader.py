@@ -7,6 +7,7 @@ Every problem becomes a `SpaceValidationError` whose message reads
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,12 @@ from autotune.spaces._yaml import (
     line_of,
     load_with_lines,
 )
-from autotune.spaces.checks import Problem, check_fixed, check_params
+from autotune.spaces.checks import Problem, check_exercised_by, check_fixed, check_params
 from autotune.spaces.params import Param
 from autotune.spaces.relations import check_conditions, check_groups, check_recommended
 from autotune.spaces.schema import SCHEMA_VERSION, SpaceFile, allowed_keys
 from autotune.spaces.space import Group, Space
+from autotune.workloads import list_benchmarks
 
 _EXAMPLE_HINT = "See search_spaces/gpu-collectives.yaml for a complete example."
 
@@ -109,6 +111,7 @@ def load_space_text(text: str, source: str = "<string>", catalog: Catalog | None
                                    "YAML syntax at that line.") from exc
     model = _validate_shape(data, source)
     _raise_first(source, data, check_params(model, catalog) + check_fixed(model, catalog))
+    _raise_first(source, data, check_exercised_by(model, _benchmark_names))
     _raise_first(source, data, check_groups(model, catalog))
     params = {name: Param.from_spec(name, spec) for name, spec in model.params.items()}
     groups = {name: Group(name, tuple(g.params), dict(g.values), g.description,
@@ -123,6 +126,13 @@ def load_space_text(text: str, source: str = "<string>", catalog: Catalog | None
     )
     _raise_first(source, data, check_recommended(space))
     return space
+
+
+@functools.cache
+def _benchmark_names() -> list[str]:
+    """The built-in benchmarks' names (what a param's `exercised_by` may name), read
+    once per process."""
+    return [info.name for info in list_benchmarks()]
 
 
 def _validate_shape(data: Any, source: str) -> SpaceFile:

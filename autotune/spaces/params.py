@@ -36,6 +36,8 @@ class Param:
         choices: the candidates of a bool, categorical or pow2_bytes param.
         allow_unset: whether "leave XLA's default" is a candidate too.
         source: one line of provenance.
+        exercised_by: the built-in benchmarks whose compiled program has what the
+            flag acts on (`autotune.spaces.exercise`); empty when the file names none.
     """
 
     name: str
@@ -48,6 +50,7 @@ class Param:
     choices: tuple[FlagValue, ...] | None = None
     allow_unset: bool = False
     source: str | None = None
+    exercised_by: tuple[str, ...] = ()
 
     @classmethod
     def from_spec(cls, name: str, spec: ParamSpec) -> Param:
@@ -62,7 +65,7 @@ class Param:
         return cls(
             name=name, flag=spec.flag or name, type=spec.type, low=spec.low, high=spec.high,
             step=spec.step, log=spec.log, choices=choices, allow_unset=spec.allow_unset,
-            source=spec.source,
+            source=spec.source, exercised_by=tuple(spec.exercised_by or ()),
         )
 
     def values(self) -> tuple[FlagValue, ...] | None:

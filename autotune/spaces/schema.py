@@ -94,6 +94,8 @@ class ParamSpec(_Model):
 
     `channel` is optional documentation; the catalog decides how a flag is
     delivered, and a `channel` that disagrees with it is an error.
+    `exercised_by` names the built-in benchmarks whose compiled program has what
+    the flag acts on (checked in checks.py: each must be a built-in benchmark).
     """
 
     type: ParamType
@@ -108,6 +110,7 @@ class ParamSpec(_Model):
     allow_unset: bool = False
     channel: ChannelName | None = None
     source: str | None = None
+    exercised_by: list[str] | None = None
 
 
 class GroupSpec(_Model):

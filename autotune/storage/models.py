@@ -33,6 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from autotune.collectives import profile_from_json, profile_json
 from autotune.records import (
+    ArtifactRecord,
     ClaimRecord,
     ClaimState,
     Environment,
@@ -392,8 +393,40 @@ class ClaimRow(Base):
         )
 
 
+
+class ArtifactRow(Base):
+    """A file a trial produced (a PGLE profile...), kept for later processes and the export.
+
+    Unique per (study, environment key, trial, kind): `Store.put_artifact` replaces
+    the one stored. `created_at` is stored with its time zone (UTC).
+    """
+
+    __tablename__ = "autotune_artifacts"
+    __table_args__ = (
+        UniqueConstraint("study_id", "env_key", "trial_number", "kind",
+                         name="uq_autotune_artifacts_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"))
+    trial_number: Mapped[int] = mapped_column(Integer)
+    env_key: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    def to_record(self, study_name: str) -> ArtifactRecord:
+        """The plain record of this row."""
+        return ArtifactRecord(
+            study=study_name, trial_number=self.trial_number, env_key=self.env_key,
+            kind=self.kind, content=self.content, meta=dict(self.meta),
+            created_at=_aware(self.created_at),
+        )
+
 _EXTRAS = ("warmup_steps", "warmup_settled", "warmup_times_s", "baseline_warmup_times_s",
-           "output_dtype", "abs_sum", "numerics_error", "same_program_as", "collectives")
+           "output_dtype", "abs_sum", "numerics_error", "same_program_as", "collectives",
+           "pgle")
 
 
 def _extras_fields(extras: dict[str, Any]) -> dict[str, Any]:
@@ -412,6 +445,10 @@ def _extras_column(m: Measurement) -> dict[str, Any]:
     extras = {k: getattr(m, k) for k in _EXTRAS}
     for key in ("warmup_times_s", "baseline_warmup_times_s"):
         extras[key] = list(extras[key])
+    if m.pgle is None:
+        del extras["pgle"]
+    else:
+        extras["pgle"] = dict(m.pgle)
     if m.collectives is None:
         del extras["collectives"]
     else:

@@ -2,10 +2,11 @@
 
 Optuna's RDB storage keeps the optimisation history in the same database; the
 store keeps what Optuna does not (studies' settings, environments, every
-measurement run). It owns its engine and sessions, migrates its tables with
-Alembic (version table `autotune_alembic_version`, apart from Optuna's
-`alembic_version`), translates database errors into `StorageError` and hands
-out plain records from `autotune.records`, never ORM rows.
+measurement run, the files trials produced). It owns its engine and sessions,
+migrates its tables with Alembic (version table `autotune_alembic_version`,
+apart from Optuna's `alembic_version`), translates database errors into
+`StorageError` and hands out plain records from `autotune.records`, never ORM
+rows.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.records import (
     LIVE_WITHIN_S,
     SQLITE_TIMEOUT_S,
+    ArtifactRecord,
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
@@ -60,6 +62,7 @@ from autotune.records import (
     TrialOutcome,
     WorkerRecord,
 )
+from autotune.storage import artifacts as _artifacts
 from autotune.storage.models import (
     RUN_COLUMNS,
     VERSION_TABLE,
@@ -76,7 +79,7 @@ from autotune.storage.models import (
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 PG_CONNECT_TIMEOUT_S = 10
@@ -905,6 +908,58 @@ class Store:
             if env_key is not None:
                 query = query.where(ClaimRow.env_key == env_key)
             return [row.to_record(study.name) for row in session.scalars(query)]
+
+    # --- artifacts ------------------------------------------------------------------------
+
+    def put_artifact(self, study: str, trial_number: int, env_key: str, kind: str,
+                     content: str, meta: Mapping[str, Any]) -> None:
+        """Store a file trial `trial_number` produced in the environment `env_key`.
+
+        One transaction. An artifact with the same (study, `env_key`,
+        `trial_number`, `kind`) is replaced, content, `meta` and time: a
+        re-collected profile wins; of two processes storing it at once, the
+        last to commit.
+
+        Args:
+            study: the study.
+            trial_number: the trial that produced it.
+            env_key: the environment it was produced in (see `Store.claim`).
+            kind: what it is, e.g. `"pgle-profile"` (1 to 32 characters).
+            content: the file's text, whole (no NUL characters).
+            meta: a JSON-ready document of what it belongs to.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+            ValueError: `kind`, `env_key` or `content` out of what the columns hold.
+        """
+        _artifacts.check(env_key, kind, content)
+        with self._session() as session:
+            study_id = self._study_row(session, study).id
+            _artifacts.put(session, study_id, trial_number, env_key, kind, content, meta)
+
+    def artifact(self, study: str, trial_number: int, env_key: str,
+                 kind: str) -> ArtifactRecord | None:
+        """The artifact of that trial, environment and kind; None when none is stored.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+        """
+        with self._session() as session:
+            row = self._study_row(session, study)
+            found = _artifacts.one(session, row.id, trial_number, env_key, kind)
+            return None if found is None else found.to_record(row.name)
+
+    def artifacts(self, study: str, kind: str | None = None) -> list[ArtifactRecord]:
+        """The study's artifacts (of one `kind`, or all; every environment), by trial
+        number, then in the order they were first stored. Each carries its content.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+        """
+        with self._session() as session:
+            row = self._study_row(session, study)
+            return [found.to_record(row.name)
+                    for found in _artifacts.of_study(session, row.id, kind)]
 
 
 _LAST_SEEN = func.coalesce(ClaimRow.heartbeat_at, ClaimRow.claimed_at)

@@ -1,0 +1,122 @@
+"""`autotune pgle`: 003's profile run, conversion and performance run as one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.cli._common import FormatOpt, OutputFormat, err, literal, out, print_json
+from autotune.errors import AutotuneError
+
+
+class PgleFailedError(AutotuneError):
+    """No PGLE run timed anything (a stale or unreadable profile, a failing workload)."""
+
+
+def pgle(
+    benchmark: Annotated[str, typer.Option(help="Built-in benchmark to profile.")]
+    = "transformer",
+    script: Annotated[Path | None, typer.Option(
+        help="Your own workload file defining workload(preset).")] = None,
+    command: Annotated[str | None, typer.Option(
+        help="Any program that measures through autotune.bench.report().")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="A configuration `autotune export` wrote (default: XLA's defaults).")] = None,
+    mode: Annotated[str, typer.Option(
+        help="manual (003's profile run, conversion and performance run) or auto "
+             "(JAX's jax_enable_pgle).")] = "manual",
+    profile_runs: Annotated[int, typer.Option(min=1, help="Runs profiled.")] = 3,
+    percentile: Annotated[float, typer.Option(
+        help="Percentile of each instruction's profiled durations.")] = 50.0,
+    repeats: Annotated[int, typer.Option(
+        min=1, help="Fresh processes timing the performance run against the same "
+                    "configuration without the profile.")] = 4,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Folder for profile.pbtxt and its record (default "
+                      "autotune-pgle/NAME-PRESET/; an earlier profile there is replaced).")]
+    = None,
+    profile: Annotated[Path | None, typer.Option(
+        help="Use this profile instead of collecting one; refused where stale.")] = None,
+    preset: Annotated[str, typer.Option(help="Workload size: tiny, small or large.")] = "small",
+    devices: Annotated[int, typer.Option(min=1, help="CPU devices for sharded workloads.")] = 8,
+    steps: Annotated[int, typer.Option(min=3, help="Timed steps per process.")] = 20,
+    timeout_per_trial: Annotated[float, typer.Option(min=1, help="Seconds per process.")]
+    = 300.0,
+    fmt: FormatOpt = OutputFormat.TABLE,
+) -> None:
+    """Profile a configuration with PGLE and measure whether the profile speeds it up."""
+    from autotune.api import pgle as run
+    from autotune.results.pgle import failed_everywhere, pgle_json
+
+    with _progress(repeats, fmt) as tick:
+        result = run(benchmark=benchmark, script=script, command=command, config=config,
+                     preset=preset, devices=devices, steps=steps,
+                     timeout_per_trial=timeout_per_trial, mode=mode,
+                     profile_runs=profile_runs, percentile=percentile, repeats=repeats,
+                     out=out_dir, profile=profile, progress=tick)
+    body = {"workload": result.workload, "preset": preset, "devices": devices,
+            "config": None if config is None else str(config),
+            "flags": dict(result.plan.config), **pgle_json(result.verdict)}
+    if fmt == OutputFormat.JSON:
+        print_json(body)
+    else:
+        _print(body)
+    if failed_everywhere(result.verdict):
+        raise PgleFailedError(f"no PGLE run was timed: {body['failure']}")
+
+
+class _progress:
+    """A progress bar of the runs on stderr (none for JSON on a non-terminal)."""
+
+    def __init__(self, total: int, fmt: OutputFormat) -> None:
+        from rich.progress import Progress
+
+        self.bar = Progress(console=err, transient=True)
+        self.total = total
+
+    def __enter__(self) -> Any:
+        self.bar.start()
+        task = self.bar.add_task("PGLE: profile run, then performance runs", total=self.total)
+
+        def tick(done: int, total: int, outcome: Any) -> None:
+            self.bar.update(task, completed=done, description=f"PGLE run {done}/{total}: "
+                            f"{outcome.kind.value}")
+        return tick
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+
+def _print(body: dict[str, Any]) -> None:
+    """The verdict in a few lines that fit 80 columns."""
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.3f} ms"
+
+    times = body["step_time_s"]
+    runs = body["runs"]
+    lines = [
+        f"workload      {literal(body['workload'])} ({body['preset']}, {body['devices']} "
+        "devices)",
+        f"mode          {body['mode']}",
+        f"profile       {literal(body['profile'] or '(JAX keeps it)')}",
+    ]
+    if body["profile_costs"] is not None:
+        lines.append(f"costs         {body['profile_costs']} instructions from "
+                     f"{body['profile_source']}; {body['names_in_program']} named in the "
+                     "performance run's program")
+    if body["speedup"] is not None:
+        low, high = body["speedup_interval"]
+        lines += [
+            f"step time     {ms(times['with_profile'])} with the profile, "
+            f"{ms(times['without_profile'])} without (median of {runs} "
+            f"process{'es' if runs != 1 else ''})",
+            f"speedup       x{body['speedup']:.3f} [{low:.3f}, {high:.3f}]: {body['verdict']}"
+            + (" (the same compiled program)" if body["same_program"] else "")]
+    lines.append("keep it       " + ("yes: apply the profile with the configuration"
+                                     if body["keep"] else "no"))
+    if body["note"]:
+        lines.append(f"note          {literal(body['note'])}")
+    for line in lines:
+        out.print(line, highlight=False, soft_wrap=True)

@@ -1,0 +1,174 @@
+"""PGLE as one command and as a phase of a study (issue: the scheduler's turn).
+
+Everything here runs the real trial child on the CPU: the profile run under
+jax.profiler, the conversion of the trace, the performance run, the paired
+timing. The CPU compiler ignores the profile, so these tests check what was
+done and refused, never a speedup. Only the export of a *kept* profile needs a
+backend whose scheduler reads it (a GPU); that test stores the PGLE runs a GPU
+would report, and says so in its name.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune import pgle as rules
+from autotune.protocol import Job, Phase, ProtocolError
+
+JAXLIB = importlib.metadata.version("jaxlib")
+FAST = ["--preset", "tiny", "--steps", "5", "--timeout-per-trial", "240"]
+
+
+def _autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+# --- the job ----------------------------------------------------------------------------------
+
+
+def test_a_pgle_job_is_paired_and_its_fields_are_checked():
+    job = Job(compiler_options={}, pgle_mode="manual", pgle_profile="/p/profile.pbtxt",
+              phases=(Phase.COMPILE, Phase.PROFILE, Phase.MEASURE))
+    assert Job.from_json(job.to_json()) == job
+    bad = [
+        dict(pgle_mode="manual", pgle_profile="p"),  # DIRECT: no compiler_options
+        dict(compiler_options={}, pgle_mode="manual"),  # no profile path
+        dict(compiler_options={}, pgle_mode="sometimes", pgle_profile="p"),
+        dict(compiler_options={}, reference_options={}, pgle_mode="auto"),
+        dict(compiler_options={}, phases=(Phase.COMPILE, Phase.PROFILE)),  # not PGLE
+        dict(compiler_options={}, pgle_mode="auto", pgle_runs=0),
+        dict(compiler_options={}, pgle_mode="auto", pgle_percentile=0.0),
+    ]
+    for fields in bad:
+        with pytest.raises(ProtocolError, match="pgle|phases"):
+            Job(**fields)  # type: ignore[arg-type]
+
+
+# --- autotune pgle ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """`autotune pgle --benchmark transformer` (tiny, 8 devices), two processes, as JSON."""
+    folder = tmp_path_factory.mktemp("pgle")
+    done = _autotune("pgle", "--benchmark", "transformer", *FAST, "--repeats", "2",
+                     "--out", str(folder / "out"), "--format", "json", cwd=folder)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_pgle_on_cpu_writes_a_profile_of_the_programs_instructions(collected):
+    folder, body = collected
+    profile = folder / "out" / "profile.pbtxt"
+    assert body["profile"] == str(profile.resolve())
+    costs, meta = rules.read_profile(str(profile))
+    assert costs and all(c.cost_us > 0 for c in costs)
+    assert body["profile_costs"] == len(costs) and body["profile_source"] == "trace-events"
+    # the child counted the profile's names in the performance run's compiled HLO
+    assert body["names_in_program"] == len(costs)
+    assert meta.xla_version == JAXLIB and meta.backend == "cpu" and meta.flags == {}
+    assert meta.model.startswith("transformer/tiny/8 devices/sha256:")
+    assert meta.fingerprint and meta.fingerprint == body["profile_fingerprint"]
+    assert meta.runs == 3 and meta.source == "trace-events"
+
+
+@pytest.mark.slow
+def test_pgle_on_cpu_reports_the_paired_runs_and_says_no_speedup_is_expected(collected):
+    _, body = collected
+    assert body["runs"] == 2 and body["failed_runs"] == 0 and body["mode"] == "manual"
+    low, high = body["speedup_interval"]
+    assert low <= body["speedup"] <= high
+    times = body["step_time_s"]
+    assert times["with_profile"] > 0 and times["without_profile"] > 0
+    assert "CPU compiler does not use" in body["note"]
+    # XLA:CPU ignores the scheduler flag and the profile: the very same program
+    assert body["same_program"] is True and body["verdict"] == "no measurable gain"
+    assert body["keep"] is False and body["failure"] is None
+
+
+@pytest.mark.slow
+def test_a_fresh_profile_is_used_again_without_collecting(collected, tmp_path):
+    folder, _ = collected
+    profile = folder / "out" / "profile.pbtxt"
+    before = profile.read_bytes()
+    done = _autotune("pgle", "--benchmark", "transformer", *FAST, "--repeats", "1",
+                     "--profile", str(profile), "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["profile_collected"] is False and body["runs"] == 1
+    assert profile.read_bytes() == before
+
+
+def _stale_copy(folder: Path, tmp_path: Path, **changes: object) -> Path:
+    source = folder / "out" / "profile.pbtxt"
+    target = tmp_path / "stale.pbtxt"
+    target.write_bytes(source.read_bytes())
+    meta = json.loads(Path(str(source) + rules.META_SUFFIX).read_text())
+    Path(str(target) + rules.META_SUFFIX).write_text(json.dumps({**meta, **changes}))
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"xla_version": "0.9.0"}, ["0.9.0", JAXLIB]),
+    ({"fingerprint": "0123456789abcdef"}, ["0123456789abcdef"]),
+    ({"flags": {"xla_cpu_enable_fast_math": True}}, ["xla_cpu_enable_fast_math"]),
+])
+def test_a_stale_profile_is_refused_with_the_reason(collected, tmp_path, changes, words):
+    folder, _ = collected
+    stale = _stale_copy(folder, tmp_path, **changes)
+    done = _autotune("pgle", "--benchmark", "transformer", *FAST, "--repeats", "2",
+                     "--profile", str(stale), cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "stale" in said and "no PGLE run was timed" in said
+    for word in words:
+        assert word in said
+    assert "step time" not in done.stdout  # nothing was timed, nothing is claimed
+
+
+@pytest.mark.slow
+def test_a_profile_of_another_model_is_refused(collected, tmp_path):
+    folder, _ = collected
+    done = _autotune("pgle", "--benchmark", "transformer", "--preset", "small", "--steps", "5",
+                     "--repeats", "1", "--profile", str(folder / "out" / "profile.pbtxt"),
+                     "--format", "json", cwd=tmp_path)
+    assert done.returncode == 1
+    body = json.loads(done.stdout)
+    assert body["failure"].startswith("invalid_value: PGLE profile")
+    assert "transformer/tiny" in body["failure"] and "transformer/small" in body["failure"]
+
+
+@pytest.mark.slow
+def test_auto_mode_lets_jax_profile_and_is_timed_the_same_way(tmp_path):
+    done = _autotune("pgle", "--benchmark", "matmul", *FAST, "--devices", "1", "--repeats", "2",
+                     "--mode", "auto", "--profile-runs", "2", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["mode"] == "auto" and body["profile"] is None
+    assert body["profile_source"] == "jax-auto" and body["runs"] == 2
+    assert body["speedup"] is not None and "CPU compiler" in body["note"]
+    assert not (tmp_path / "autotune-pgle").exists()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--mode", "sometimes"], "unknown mode 'sometimes'"),
+    (["--mode", "auto", "--profile", "p.pbtxt"], "--profile is for --mode manual"),
+    (["--profile", "missing.pbtxt"], "missing.pbtxt"),
+    (["--percentile", "0"], "--percentile 0.0 must lie in (0, 100]"),
+    (["--benchmark", "nope"], "nope"),
+    (["--config", "missing.yaml"], "missing.yaml: no such file"),
+])
+def test_bad_input_is_one_message_and_exit_2(tmp_path, args, words):
+    done = _autotune("pgle", *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert words in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
