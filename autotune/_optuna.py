@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from autotune._proc import deferred_interrupt
-from autotune.records import SQLITE_TIMEOUT_S, Role
+from autotune.records import SQLITE_TIMEOUT_S, Role, sqlite_file
 
 if TYPE_CHECKING:
     import optuna
@@ -38,11 +38,15 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     import time
 
     import optuna
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.pool import NullPool
 
     extra: dict[str, Any] = {}
-    if url.startswith("sqlite"):  # wait for another worker's commit, as autotune's store does
-        extra["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+    if sqlite_file(make_url(url)):  # wait for another worker's commit, as autotune's store
+        # does, and keep no idle connection (`sqlite_file`)
+        extra["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S},
+                                  "poolclass": NullPool}
     if heartbeat_s:
         extra.update({"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
                       "heartbeat_stale_trial_callback": requeue})

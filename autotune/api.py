@@ -412,18 +412,19 @@ def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunReco
     as `STEM.pgle.pbtxt` with its record; returns its absolute path (None: none kept).
 
     Raises:
-        ExportError: the profile is not stored (another database?) or cannot be written.
+        ExportError: the profile is not stored, unreadable, or cannot be written.
     """
     from autotune import pgle as rules
     from autotune.errors import ExportError
-    from autotune.results.pgle import PROFILE_ARTIFACT, kept_profile_key
+    from autotune.results.pgle import kept_profile_key, profile_kind
+    from autotune.results.ranking import main_runs
 
     section = document.get("pgle")
     if not section or not section.get("keep"):
         return None
-    key = kept_profile_key(runs, document["trial"], document["flags"])
+    key = kept_profile_key(main_runs(runs), document["trial"], document["flags"])
     found = None if key is None else store.artifact(document["study"], key[0], key[1],
-                                                     PROFILE_ARTIFACT)
+                                                     profile_kind(document["flags"]))
     if found is None:
         raise ExportError(f"study {document['study']!r} keeps a PGLE profile for these flags "
                           "but does not hold it; run the study again with --pgle")
@@ -431,6 +432,9 @@ def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunReco
     try:
         rules.write_profile(str(target), rules.parse_pbtxt(found.content),
                             rules.ProfileMeta.from_json(json.dumps(dict(found.meta))))
+    except ValueError as exc:
+        raise ExportError(f"the stored PGLE profile of study {document['study']!r} is not "
+                          f"readable ({exc}); run the study again with --pgle") from exc
     except OSError as exc:
         raise ExportError(f"cannot write {target}: {exc.strerror}; choose another -o path") \
             from exc
@@ -567,7 +571,8 @@ def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
     one_of(preset, PRESETS, "preset")
     one_of(mode, PGLE_MODES, "mode")
     _pgle_ranges(repeats, profile_runs, percentile)
-    flags = rules.without_profile(load_config(config).flags) if config is not None else {}
+    flags = (rules.without_profile(load_config(config, profile=False).flags)
+             if config is not None else {})
     path = _pgle_profile(mode, profile, out, f"{work.name}-{preset}")
     env = dict(os.environ if base_env is None else base_env)
     settings = RequestSettings(

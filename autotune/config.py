@@ -194,8 +194,12 @@ def jax_backend_started() -> bool:
     return bool(getattr(bridge, "_backends", None))
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
+def load_config(path: str | os.PathLike[str], *, profile: bool = True) -> Config:
     """Read and validate a file that `autotune export` wrote (YAML or JSON).
+
+    A file that carries a PGLE profile (`pgle.profile`, beside it) gets the profile's
+    path resolved there and checked fresh (`_with_profile`); `profile=False` leaves
+    the `pgle` key alone (what `autotune pgle --config` does to collect a new one).
 
     Raises:
         ConfigFileError: the file is missing or unreadable, is neither YAML nor
@@ -211,7 +215,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return Config(path=file, study=document.study, trial=document.trial,
                   recommended=document.recommended, reason=document.reason,
                   flags=_with_profile(file, dict(document.flags),
-                                    (document.model_extra or {}).get("pgle")),
+                                      (document.model_extra or {}).get("pgle"))
+                  if profile else dict(document.flags),
                   measured_on=document.measured_on)
 
 
@@ -241,13 +246,12 @@ def _with_profile(file: Path, flags: dict[str, FlagValue], section: object) -> d
         xla = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
         xla = meta.xla_version  # no jaxlib here: the job's own machine is where it counts
-    own = {k: v for k, v in rules.without_profile(flags).items()
-           if k != rules.LHS_FLAG or meta.flags.get(rules.LHS_FLAG) is not None}
     if reasons := rules.stale_reasons(meta, xla_version=xla, backend=meta.backend,
-                                      fingerprint=None, flags=own):
+                                      fingerprint=None, flags=rules.reference_options(flags)):
         raise ConfigFileError(f"{file}: the PGLE profile {profile} is stale: "
-                              + "; ".join(reasons) + ". Collect a new one with "
-                              "`autotune pgle --config` or run the study again with --pgle")
+                              + "; ".join(reasons) + ". Collect a new one: `autotune pgle "
+                              f"--config {file}` (it reads the flags, not the profile) or "
+                              "the study again with --pgle")
     return {**flags, rules.PROFILE_PATH_FLAG: str(profile)}
 
 

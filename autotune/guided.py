@@ -21,14 +21,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune._proc import deferred_interrupt, raise_if_interrupted
+from autotune._proc import raise_if_interrupted
 from autotune.launcher import Launcher, PgleSpec, TrialRequest
-from autotune.records import FlagValue, TrialOutcome
-from autotune.trials import RequestSettings, TrialJudge, environment_of
+from autotune.records import FlagValue, Role, TrialOutcome
+from autotune.trials import RequestSettings, TrialJudge
 from autotune.workloads import WorkloadInfo
 
 if TYPE_CHECKING:
-    from autotune.study import StudyRunner
+    from autotune.flags.catalog import Catalog
+    from autotune.records import ArtifactRecord
+    from autotune.study import StudyPlan, StudyRunner
 
 #: Called after each run: (runs done, runs planned, the run's outcome).
 Progress = Callable[[int, int, TrialOutcome], None]
@@ -64,21 +66,41 @@ class PglePlan:
 def model_identity(info: WorkloadInfo, preset: str, devices: int,
                    command: tuple[str, ...] | None) -> str:
     """`name/preset/N devices/sha256:...`: the workload file's content (or the command's
-    words) with its size preset and device count; a profile belongs to one of these."""
-    body = info.path.read_bytes() if command is None else "\0".join(command).encode()
-    digest = hashlib.sha256(body).hexdigest()[:16]
-    return f"{info.name}/{preset}/{devices} devices/sha256:{digest}"
+    words) with its size preset and device count; a profile belongs to one of these. A
+    built-in benchmark's siblings count too (scan-transformer builds on transformer)."""
+    from autotune.workloads import list_benchmarks
+
+    digest = hashlib.sha256(info.path.read_bytes() if command is None
+                            else "\0".join(command).encode())
+    if command is None and info.path in {b.path for b in list_benchmarks()}:
+        for sibling in sorted(info.path.parent.glob("*.py")):
+            digest.update(sibling.name.encode() + b"\0" + sibling.read_bytes())
+    return f"{info.name}/{preset}/{devices} devices/sha256:{digest.hexdigest()[:16]}"
 
 
-def run_pgle(plan: PglePlan, catalog: object, launcher: Launcher,
+def run_pgle(plan: PglePlan, catalog: Catalog, launcher: Launcher,
              progress: Progress | None = None) -> list[TrialOutcome]:
     """Launch the plan's runs in order; return their outcomes.
 
     Stops after a failed run that had to collect or read the profile first
     (the first run); later failures are kept and the series goes on.
+
+    Raises:
+        UsageError: the configuration has flags that act only through the
+            environment (a PGLE trial is PAIRED).
     """
     judge = TrialJudge(plan.settings, catalog, lambda: [])
     request = replace(judge.request(plan.config), prune_ratio=None, prune_curve=None)
+    if request.compiler_options is None:
+        from autotune.errors import UsageError
+        from autotune.flags.compose import split_per_compile
+
+        _, outside = split_per_compile(plan.config, catalog)
+        raise UsageError("PGLE times a configuration against itself in one process, through "
+                         "per-compile options; these flags act only through the "
+                         f"environment: {', '.join(sorted(outside))}. Set them in the "
+                         "environment of `autotune pgle` instead, and leave them out of "
+                         "--config")
     outcomes: list[TrialOutcome] = []
     for i in range(plan.repeats):
         outcome = launcher.launch(_with_spec(request, plan, collect=plan.collect and i == 0))
@@ -110,6 +132,19 @@ class PgleEvent:
     total: int
 
 
+def pgle_refusal(plan: StudyPlan) -> str | None:
+    """Why a study's PGLE phase cannot run, or None: PGLE trials are PAIRED and one
+    process (a profile is written where the parent reads it)."""
+    from autotune.records import MeasureMode
+
+    if plan.mode is not MeasureMode.PAIRED:
+        return "PGLE needs --mode paired: a profile is timed against its configuration in " \
+               "one process"
+    if plan.launcher is not None:
+        return "PGLE does not run through --launcher yet: one process writes the profile"
+    return None
+
+
 def study_pgle(runner: StudyRunner, top: int, repeats: int,
                on_run: Callable[[PgleEvent], None] | None = None,
                ) -> list[tuple[int, dict[str, FlagValue]]]:
@@ -117,86 +152,80 @@ def study_pgle(runner: StudyRunner, top: int, repeats: int,
     (`autotune.results.pgle.pgle_targets`, what `export` writes first) measured again
     with a profile collected for each, `repeats` fresh processes per configuration.
 
-    Round 0 of a configuration profiles it and stores the profile as an artifact of
-    its trial (kind `PROFILE_ARTIFACT`); later rounds, in any process of the study,
-    write that artifact to a local file and use it (each child refuses it where it
-    is stale). Each round is a claim (`pgle:TRIAL:ROUND`); a round whose profile is
-    not stored yet (another process collects it, or collecting failed) is left.
-    Runs already stored count: re-running continues. PAIRED studies only (a DIRECT
-    study returns []). Returns the configurations measured.
+    Per configuration, in turn: while the study holds no profile for it (an artifact
+    of its trial, `profile_kind`), one run collects one and stores it; then runs that
+    use the stored profile (written to a local file; each child refuses it where it
+    is stale) until the configuration has `repeats` PGLE runs. Each run is a claim
+    (`pgle:TRIAL:FLAGS:N`), so processes of the study share the work and re-running
+    continues; a collection that failed is tried again on the next call. Returns
+    the configurations measured ([] where `pgle_refusal` says why not, or a
+    configuration that must be timed in DIRECT mode, which is left out).
     """
-    from autotune.records import MeasureMode
-    from autotune.results.pgle import pgle_runs, pgle_targets
+    from autotune.results.pgle import pgle_targets
 
     plan = runner.plan
-    if plan.mode is not MeasureMode.PAIRED or top < 1:
+    if pgle_refusal(plan) is not None or top < 1:
         return []
     runs = runner.store.runs(plan.name, env_key=runner.env_key)
-    targets = pgle_targets(runs, plan.objectives, plan.memory_budget_bytes,
-                           runner.judge.catalog, top)
-    pending = [(number, flags, round_) for round_ in range(repeats)
-               for number, flags in targets
-               if len(pgle_runs(runs, number, flags)) <= round_]
+    targets = [(n, f) for n, f in pgle_targets(runs, plan.objectives, plan.memory_budget_bytes,
+                                               runner.judge.catalog, top)
+               if runner.judge.request(f).compiler_options is not None]
     model = model_identity(plan.workload, plan.preset, plan.devices, plan.command)
     with tempfile.TemporaryDirectory(prefix="autotune-pgle-") as folder:
-        for done, (number, flags, round_) in enumerate(pending, start=1):
-            raise_if_interrupted()
-            outcome = _study_round(runner, number, flags, round_, model, Path(folder))
-            if on_run and outcome is not None:
-                on_run(PgleEvent(number, outcome, done, len(pending)))
+        for number, flags in targets:
+            _study_target(runner, number, flags, repeats, model, Path(folder), on_run)
     return targets
 
 
-def _study_round(runner: StudyRunner, number: int, flags: Mapping[str, FlagValue],
-                 round_: int, model: str, folder: Path) -> TrialOutcome | None:
-    """Claim and run round `round_` of trial `number`'s PGLE (None: not run here)."""
-    from autotune.records import ClaimVerdict, Role
-    from autotune.results.pgle import PROFILE_ARTIFACT
+def _study_target(runner: StudyRunner, number: int, flags: Mapping[str, FlagValue],
+                  repeats: int, model: str, folder: Path,
+                  on_run: Callable[[PgleEvent], None] | None) -> None:
+    """The PGLE runs of one configuration still to make (see `study_pgle`)."""
+    from autotune.results.pgle import pgle_runs, profile_kind
 
     plan, store = runner.plan, runner.store
-    profile = folder / f"trial-{number}" / "profile.pbtxt"
-    collect = round_ == 0
-    if not collect and not _fetch_profile(runner, number, profile):
-        return None
-    verdict, claim = store.claim(plan.name, runner.env_key, f"pgle:{number}:{round_}",
-                                 Role.PGLE, flags, number, runner.owner)
-    if claim is None or verdict is not ClaimVerdict.CLAIMED:
-        return None
-    spec = PgleSpec(mode="manual", profile=str(profile), collect=collect, model=model)
-    request = replace(runner.judge.request(flags), pgle=spec, prune_ratio=None,
-                      prune_curve=None, known_programs={})
-    try:
-        outcome = runner.measure_claimed(request, claim.id)
-    except BaseException:
-        with deferred_interrupt():
-            store.release(claim.id)
-        raise
-    with deferred_interrupt():
-        if collect and outcome.ok and profile.exists():
-            from autotune import pgle as rules
-
-            store.put_artifact(plan.name, number, runner.env_key, PROFILE_ARTIFACT,
-                               profile.read_text(encoding="utf-8"),
-                               json.loads(rules.ProfileMeta.from_json(Path(
-                                   str(profile) + rules.META_SUFFIX).read_text(
-                                       encoding="utf-8")).to_json()))
-        store.record_run(plan.name, number, Role.PGLE, flags, runner.judge.user_env(flags),
-                         outcome, environment_of(outcome.measurement, runner.facts),
-                         env_key=runner.env_key, claim_id=claim.id)
-    return outcome
+    kind = profile_kind(flags)
+    profile = folder / f"trial-{number}-{kind.split(':')[1]}" / "profile.pbtxt"
+    while True:
+        raise_if_interrupted()
+        made = len(pgle_runs(store.runs(plan.name, env_key=runner.env_key), number, flags))
+        stored = store.artifact(plan.name, number, runner.env_key, kind)
+        collect = stored is None
+        if stored is not None:
+            if made >= repeats:
+                return
+            _write_stored(stored, profile)
+        spec = PgleSpec(mode="manual", profile=str(profile), collect=collect, model=model)
+        request = replace(runner.judge.request(flags), pgle=spec, prune_ratio=None,
+                          prune_curve=None, known_programs={})
+        outcome = runner.claimed_run(
+            f"pgle:{number}:{kind.split(':')[1]}:{made}", Role.PGLE, flags, number, request,
+            before_record=_storing(runner, number, kind, profile) if collect else None)
+        if outcome is None:
+            return  # another process measures this configuration now
+        if on_run:
+            on_run(PgleEvent(number, outcome, made + 1, repeats))
+        if collect and not outcome.ok:
+            return  # no profile: nothing to time against until it is collected again
 
 
-def _fetch_profile(runner: StudyRunner, number: int, path: Path) -> bool:
-    """Write trial `number`'s stored profile (and its record) to `path`; False when the
-    study holds none for this environment."""
+def _storing(runner: StudyRunner, number: int, kind: str,
+             profile: Path) -> Callable[[TrialOutcome], None]:
+    """What a collecting run does before its run is stored: store the profile it wrote
+    (and its record) as an artifact of trial `number`, where it succeeded."""
     from autotune import pgle as rules
-    from autotune.results.pgle import PROFILE_ARTIFACT
 
-    found = runner.store.artifact(runner.plan.name, number, runner.env_key, PROFILE_ARTIFACT)
-    if found is None:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(found.content, encoding="utf-8")
-    Path(str(path) + rules.META_SUFFIX).write_text(json.dumps(dict(found.meta)),
-                                                   encoding="utf-8")
-    return True
+    def store(outcome: TrialOutcome) -> None:
+        if outcome.ok:
+            costs, meta = rules.read_profile(str(profile))
+            runner.store.put_artifact(runner.plan.name, number, runner.env_key, kind,
+                                      rules.render_pbtxt(costs), json.loads(meta.to_json()))
+    return store
+
+
+def _write_stored(found: ArtifactRecord, path: Path) -> None:
+    """Write a stored profile and its record to `path`, as the child reads them."""
+    from autotune import pgle as rules
+
+    rules.write_profile(str(path), rules.parse_pbtxt(found.content),
+                        rules.ProfileMeta.from_json(json.dumps(dict(found.meta))))

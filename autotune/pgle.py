@@ -182,6 +182,14 @@ def performance_options(options: Mapping[str, OptionValue],
     return {**options, LHS_FLAG: True, PROFILE_PATH_FLAG: profile_path}
 
 
+def reference_options(options: Mapping[str, OptionValue]) -> dict[str, OptionValue]:
+    """What a PGLE candidate is timed against, and what its profile's `flags` are: the
+    performance run without its profile (`options` with the latency-hiding scheduler on,
+    no profile path). So the comparison isolates the profile, even for a configuration
+    that had the scheduler off or unset."""
+    return {**without_profile(options), LHS_FLAG: True}
+
+
 def without_profile(options: Mapping[str, OptionValue]) -> dict[str, OptionValue]:
     """`options` less `PROFILE_PATH_FLAG`: what a profile's `flags` are compared with."""
     return {k: v for k, v in options.items() if k != PROFILE_PATH_FLAG}

@@ -347,6 +347,18 @@ CLAIM_BEAT_S = 10.0
 #: timeout: several workers share one file).
 SQLITE_TIMEOUT_S = 30.0
 
+
+def sqlite_file(url: Any) -> bool:
+    """Whether a SQLAlchemy URL names a SQLite database in a file (not in memory).
+
+    Both engines on such a file (autotune's store and Optuna's) keep no idle
+    connection (`NullPool`): each closes when its work is done, so the last one to
+    close folds the write-ahead log into the file then, never later when a
+    forgotten pool is collected (a reader closing last would change the file)."""
+    return bool(url.get_backend_name() == "sqlite"
+                and url.database not in (None, "", ":memory:"))
+
+
 #: A RUNNING claim is live while its last heartbeat is at most this old (three beats
 #: missed: the process that holds it is gone or stuck); see `Store.live_claims`.
 LIVE_WITHIN_S = 3 * CLAIM_BEAT_S

@@ -695,23 +695,34 @@ class StudyRunner:
     def _confirm_one(self, number: int, flags: Mapping[str, FlagValue],
                      round_: int) -> TrialOutcome | None:
         """Claim and run one confirmation round of trial `number` (None: another process has)."""
-        verdict, claim = self.store.claim(self.plan.name, self.env_key,
-                                          f"confirm:{number}:{round_}", Role.CONFIRM, flags,
+        return self.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, flags, number,
+                                self.judge.request(flags))
+
+    def claimed_run(self, key: str, role: Role, flags: Mapping[str, FlagValue], number: int,
+                    request: TrialRequest,
+                    before_record: Callable[[TrialOutcome], None] | None = None
+                    ) -> TrialOutcome | None:
+        """Claim `key`, measure `request` under it and store the run as trial `number`'s
+        (`role`, `flags`); None when another process has the claim. A stop while measuring
+        releases the claim; `before_record` sees the outcome first (an artifact stored in
+        the same breath as its run)."""
+        verdict, claim = self.store.claim(self.plan.name, self.env_key, key, role, flags,
                                           number, self.owner)
         if claim is None or verdict is not ClaimVerdict.CLAIMED:
             return None
         try:
-            outcome = self.measure_claimed(self.judge.request(flags), claim.id)
+            outcome = self.measure_claimed(request, claim.id)
         except BaseException:
             with deferred_interrupt():
                 self.store.release(claim.id)
             raise
         with deferred_interrupt():
-            self.store.record_run(self.plan.name, number, Role.CONFIRM, flags,
+            if before_record is not None:
+                before_record(outcome)
+            self.store.record_run(self.plan.name, number, role, flags,
                                   self.judge.user_env(flags), outcome,
                                   environment_of(outcome.measurement, self.facts),
-                                  env_key=self.env_key,
-                                  claim_id=claim.id)
+                                  env_key=self.env_key, claim_id=claim.id)
         return outcome
 
     def _confirm_plan(self, runs: list[RunRecord], targets: list[RunRecord],

@@ -74,7 +74,8 @@ def test_pgle_on_cpu_writes_a_profile_of_the_programs_instructions(collected):
     assert body["profile_costs"] == len(costs) and body["profile_source"] == "trace-events"
     # the child counted the profile's names in the performance run's compiled HLO
     assert body["names_in_program"] == len(costs)
-    assert meta.xla_version == JAXLIB and meta.backend == "cpu" and meta.flags == {}
+    assert meta.xla_version == JAXLIB and meta.backend == "cpu"
+    assert meta.flags == {rules.LHS_FLAG: True}  # the performance run without its profile
     assert meta.model.startswith("transformer/tiny/8 devices/sha256:")
     assert meta.fingerprint and meta.fingerprint == body["profile_fingerprint"]
     assert meta.runs == 3 and meta.source == "trace-events"
@@ -172,3 +173,100 @@ def test_bad_input_is_one_message_and_exit_2(tmp_path, args, words):
     assert done.returncode == 2, done.stdout + done.stderr
     assert words in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_configuration_file_is_profiled_and_its_profile_refused_for_other_flags(tmp_path):
+    """`--config best.yaml`: the profile records the file's flags, and the same profile used
+    for XLA's defaults (other flags, another program) is refused."""
+    import yaml
+
+    from autotune.results.export import EXPORT_SCHEMA_VERSION
+
+    fusion = "xla_cpu_use_fusion_emitters"
+    config = tmp_path / "best.yaml"
+    config.write_text(yaml.safe_dump({
+        "schema_version": EXPORT_SCHEMA_VERSION, "study": "s", "recommended": True,
+        "reason": "r", "trial": 1, "flags": {fusion: False},
+        "measured_on": {"backend": "cpu"}}))
+    done = _autotune("pgle", "--benchmark", "matmul", *FAST, "--devices", "1", "--repeats",
+                     "1", "--config", str(config), "--out", "p", "--format", "json",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["flags"] == {fusion: False} and body["runs"] == 1
+    _, meta = rules.read_profile(str(tmp_path / "p" / "profile.pbtxt"))
+    assert meta.flags == {fusion: False, rules.LHS_FLAG: True}
+    again = _autotune("pgle", "--benchmark", "matmul", *FAST, "--devices", "1", "--repeats",
+                      "1", "--profile", "p/profile.pbtxt", "--format", "json", cwd=tmp_path)
+    assert again.returncode == 1
+    assert fusion in json.loads(again.stdout)["failure"]
+
+
+@pytest.mark.slow
+def test_a_users_script_is_profiled_like_a_benchmark(tmp_path, workloads_dir):
+    done = _autotune("pgle", "--script", str(workloads_dir / "toy.py"), *FAST, "--devices", "1",
+                     "--repeats", "1", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["workload"] == "toy" and body["profile_costs"] > 0
+    assert (tmp_path / "autotune-pgle" / "toy-tiny" / "profile.pbtxt").exists()
+
+
+def test_flags_that_act_only_through_the_environment_are_refused(tmp_path):
+    import yaml
+
+    from autotune.results.export import EXPORT_SCHEMA_VERSION
+
+    config = tmp_path / "best.yaml"
+    config.write_text(yaml.safe_dump({
+        "schema_version": EXPORT_SCHEMA_VERSION, "study": "s", "recommended": True,
+        "reason": "r", "trial": 1, "flags": {"XLA_PYTHON_CLIENT_MEM_FRACTION": 0.9},
+        "measured_on": {"backend": "gpu"}}))
+    done = _autotune("pgle", "--benchmark", "matmul", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in said and "environment" in said
+    assert "Traceback" not in done.stderr
+
+
+def test_a_study_says_why_its_pgle_phase_cannot_run():
+    from types import SimpleNamespace
+
+    from autotune.guided import pgle_refusal
+    from autotune.records import MeasureMode
+
+    def plan(mode: MeasureMode, launcher: str | None) -> object:
+        return SimpleNamespace(mode=mode, launcher=launcher)
+
+    assert pgle_refusal(plan(MeasureMode.PAIRED, None)) is None  # type: ignore[arg-type]
+    assert "--mode paired" in str(pgle_refusal(plan(MeasureMode.DIRECT, None)))  # type: ignore[arg-type]
+    assert "--launcher" in str(pgle_refusal(plan(MeasureMode.PAIRED, "mpirun -n 2 {cmd}")))  # type: ignore[arg-type]
+
+
+def test_the_reference_is_the_performance_run_without_its_profile():
+    """A configuration with the scheduler off is compared with the scheduler on: the
+    figure is the profile's alone, and the profile records those flags."""
+    config = {rules.LHS_FLAG: False, "xla_gpu_enable_triton_gemm": False,
+              rules.PROFILE_PATH_FLAG: "/old.pbtxt"}
+    reference = rules.reference_options(config)
+    assert reference == {rules.LHS_FLAG: True, "xla_gpu_enable_triton_gemm": False}
+    assert rules.without_profile(rules.performance_options(config, "/p")) == reference
+
+
+@pytest.mark.slow
+def test_a_users_program_is_profiled_through_bench_report(tmp_path):
+    program = Path(__file__).resolve().parents[1] / "benchmarks" / "examples" / "my_program.py"
+    done = _autotune("pgle", "--command", f"{sys.executable} {program} --size 64",
+                     "--devices", "1", "--steps", "5", "--repeats", "2", "--format", "json",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(done.stdout)
+    assert body["profile_costs"] > 0 and body["runs"] == 2 and body["failed_runs"] == 0
+    _, meta = rules.read_profile(body["profile"])
+    assert meta.model.startswith("my_program/")
+    other = _autotune("pgle", "--command", f"{sys.executable} {program} --size 32",
+                      "--devices", "1", "--steps", "5", "--repeats", "1", "--profile",
+                      body["profile"], "--format", "json", cwd=tmp_path)
+    assert other.returncode == 1  # the command's words are part of the model
+    assert "model" in json.loads(other.stdout)["failure"]

@@ -24,7 +24,7 @@ from autotune.api import Study, open_store
 from autotune.config import load_config
 from autotune.errors import ConfigFileError
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
-from autotune.results.pgle import PROFILE_ARTIFACT
+from autotune.results.pgle import profile_kind
 
 STUDY = "pgle-study"
 SHORT = ["--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
@@ -55,13 +55,17 @@ def test_pgle_measures_what_export_writes_with_a_profile_stored_in_the_database(
     facts = [json.loads(e) if isinstance(e, str) else e for _, _, e in pgle]
     assert [f["pgle"]["collected"] for f in facts] == [True, False]  # round 0 profiles
     art = _rows(url, "select trial_number, kind, content, meta from autotune_artifacts")
-    assert len(art) == 1 and art[0][0] == pgle[0][0] and art[0][1] == PROFILE_ARTIFACT
+    flags = _rows(url, "select flags from autotune_runs where role = 'pgle'")[0][0]
+    flags = json.loads(flags) if isinstance(flags, str) else flags
+    kind = profile_kind(flags)
+    assert len(art) == 1 and art[0][0] == pgle[0][0] and art[0][1] == kind
     costs = rules.parse_pbtxt(art[0][2])
     assert costs and facts[0]["pgle"]["costs"] == len(costs)
     meta = json.loads(art[0][3]) if isinstance(art[0][3], str) else art[0][3]
     assert meta["xla_version"] == importlib.metadata.version("jaxlib")
     claims = _rows(url, "select key from autotune_claims where role = 'pgle'")
-    assert sorted(k for (k,) in claims) == [f"pgle:{pgle[0][0]}:0", f"pgle:{pgle[0][0]}:1"]
+    digest = kind.split(":")[1]
+    assert sorted(k for (k,) in claims) == [f"pgle:{pgle[0][0]}:{digest}:{n}" for n in (0, 1)]
     said = " ".join(stdout.split())
     assert f"PGLE on trial {pgle[0][0]}'s flags" in said and "not kept" in said
 
@@ -113,10 +117,11 @@ def _gpu_like_pgle(url: str, folder: Path) -> int:
                          base.environment, env_key=base.env_key)
     meta = rules.ProfileMeta(model="m", fingerprint="bb" * 8,
                              xla_version=importlib.metadata.version("jaxlib"), backend="gpu",
-                             flags={}, source="converter", runs=3, percentile=50.0,
+                             flags=rules.reference_options({}), source="converter", runs=3,
+                             percentile=50.0,
                              created_at=time.time())
     costs = [rules.Cost("all-gather-start.1", 7040.5), rules.Cost("fusion.2", 12.0)]
-    store.put_artifact(STUDY, number, base.env_key or "", PROFILE_ARTIFACT,
+    store.put_artifact(STUDY, number, base.env_key or "", profile_kind({}),
                        rules.render_pbtxt(costs), json.loads(meta.to_json()))
     return number
 

@@ -779,3 +779,26 @@ def test_processes_creating_one_new_database_at_once_all_succeed(url: str) -> No
         assert "Traceback" not in stderr
     with Store.open(url) as opened:
         assert [s.name for s in opened.list_studies()] == ["race"]
+
+
+def test_a_sqlite_file_holds_no_idle_connection_so_a_forgotten_reader_changes_nothing(
+        tmp_path: Path) -> None:
+    """Write-ahead mode: the last connection to close folds the log into the file. With
+    no pool, that is the writer's own, at once; a reader left open and collected later
+    (an in-process caller that never closes it) changes no byte."""
+    import gc
+
+    db = tmp_path / "a.db"
+    writer = Store.open(f"sqlite:///{db}")
+    writer.ensure_study("s1", "gpu-collectives", "transformer", "small", 8, "paired")
+    writer.record_run("s1", 1, Role.SEARCH, FLAGS, ENV, OK, HERE)
+    assert not Path(f"{db}-wal").exists()  # folded in when the writer's connection closed
+    before = db.read_bytes()
+    reader = Store.open(f"sqlite:///{db}", upgrade=False)
+    assert len(reader.runs("s1")) == 1
+    writer.record_run("s1", 2, Role.SEARCH, FLAGS, ENV, OK, HERE)  # another write meanwhile
+    after_write = db.read_bytes()
+    assert after_write != before
+    del reader
+    gc.collect()
+    assert db.read_bytes() == after_write

@@ -3,8 +3,10 @@
 Reference document 003 makes profile-guided latency estimation three manual
 steps; here they are one job (`autotune.protocol.Job.pgle_mode`):
 
-- the reference executable is the configuration itself (`compiler_options`),
-  compiled here and fingerprinted: that program is what a profile belongs to;
+- the reference executable is the configuration as 003's performance run
+  compiles it, without the profile (`autotune.pgle.reference_options`: the
+  latency hiding scheduler on), compiled here and fingerprinted: that program
+  and those flags are what a profile belongs to;
 - manual mode, with the `profile` phase: the configuration is compiled again
   with 003's profile-run flags (`autotune.pgle.profile_run_options`), run
   `pgle_runs` times under `jax.profiler`, and the costs are written to
@@ -51,7 +53,7 @@ def pgle_candidate(lowered: Any, step: Any, args: tuple[Any, ...], job: Job,
     import jax
     import jaxlib
 
-    config = dict(job.compiler_options or {})
+    config = pgle.reference_options(job.compiler_options or {})
     ref, ref_s = compile_lowered(lowered, config, _sub(dumps, "baseline"))
     ref_fp = program_fingerprint(_sub(dumps, "baseline"))
     backend = jax.default_backend()
@@ -131,22 +133,23 @@ def _fresh_profile(path: str, here: _Here) -> tuple[set[str], dict[str, Any]]:
 
 def _auto(step: Any, args: tuple[Any, ...], config: dict[str, Any],
           runs: int) -> tuple[Any, float, dict[str, Any]]:
-    """JAX's automatic PGLE: the step jitted with the latency hiding scheduler on, called
+    """JAX's automatic PGLE: the step jitted with `config` (the scheduler on), called
     `runs` times to profile and once more to compile with the profile. Returns the jitted
-    step, the seconds those calls took and the facts (JAX's warnings become the note)."""
+    step, the seconds those calls took and the facts (JAX's warnings become the note;
+    `collected` is False where JAX said its trace was empty)."""
     import jax
 
     jax.config.update("jax_enable_pgle", True)
     jax.config.update("jax_pgle_profiling_runs", runs)
-    options = {**pgle.without_profile(config), pgle.LHS_FLAG: True}
-    fn = jax.jit(step, compiler_options=options)
+    fn = jax.jit(step, compiler_options=config)
     seconds = 0.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(runs + 1):
             seconds += run_once(fn, args)[0]
     said = sorted({str(w.message).split(",")[0] for w in caught if "PGLE" in str(w.message)})
-    return fn, seconds, {"profile": None, "collected": True, "costs": 0,
+    empty = any("empty" in s for s in said)
+    return fn, seconds, {"profile": None, "collected": not empty, "costs": 0,
                          "source": "jax-auto", "names_in_program": 0,
                          "note": "; ".join(f"JAX: {s}" for s in said)}
 

@@ -50,7 +50,7 @@ def pgle(
     from autotune.api import pgle as run
     from autotune.results.pgle import failed_everywhere, pgle_json
 
-    with _progress(repeats, fmt) as tick:
+    with _progress(repeats) as tick:
         result = run(benchmark=benchmark, script=script, command=command, config=config,
                      preset=preset, devices=devices, steps=steps,
                      timeout_per_trial=timeout_per_trial, mode=mode,
@@ -68,9 +68,10 @@ def pgle(
 
 
 class _progress:
-    """A progress bar of the runs on stderr (none for JSON on a non-terminal)."""
+    """A progress bar of the runs on stderr (it vanishes when done; stdout stays the
+    report or the JSON alone)."""
 
-    def __init__(self, total: int, fmt: OutputFormat) -> None:
+    def __init__(self, total: int) -> None:
         from rich.progress import Progress
 
         self.bar = Progress(console=err, transient=True)

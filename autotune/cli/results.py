@@ -233,6 +233,11 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
             else f"trial {document['trial']}, ×{measured['speedup']:.3f} vs baseline "
                  f"({measured['verdict']})")
     out.print(f"wrote {literal(output)}: {what}", highlight=False)
+    pgle = document.get("pgle") or {}
+    if pgle.get("profile"):
+        out.print(f"with the PGLE profile {literal(pgle['profile'])} beside it (x"
+                  f"{pgle['speedup']:.3f} over the same flags without it): keep the two "
+                  "files together", highlight=False)
     out.print(("recommended: " if document["recommended"] else "not recommended: ")
               + literal(document["reason"]), highlight=False, width=TABLE_WIDTH)
     out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",

@@ -149,7 +149,12 @@ def _shrink_with_progress(runner: Any, repeats: int) -> None:
 
 
 def _pgle_with_progress(runner: Any, top: int, repeats: int) -> None:
-    """The PGLE phase, one line per run (see `StudyRunner.pgle`)."""
+    """The PGLE phase, one line per run (see `StudyRunner.pgle`), or why it cannot run."""
+    from autotune.guided import pgle_refusal
+
+    if why := pgle_refusal(runner.plan):
+        out.print(f"PGLE skipped: {why}", highlight=False)
+        return
     out.print(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
               "processes each, timed against the same flags without it")
     runner.pgle(top, repeats, on_run=lambda ev: out.print(

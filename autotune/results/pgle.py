@@ -127,8 +127,18 @@ def failed_everywhere(verdict: PgleVerdict) -> bool:
 
 # --- PGLE in a study ------------------------------------------------------------------------
 
-#: The artifact kind of a stored PGLE profile (`autotune.records.ArtifactRecord`).
+#: The artifact kind of a stored PGLE profile (`autotune.records.ArtifactRecord`), before
+#: the configuration's hash (`profile_kind`).
 PROFILE_ARTIFACT = "pgle-profile"
+
+
+def profile_kind(flags: Mapping[str, FlagValue]) -> str:
+    """`pgle-profile:HASH`: the artifact kind of the profile of one configuration of a
+    trial (a trial's full and shrunk flags each have their own)."""
+    import hashlib
+
+    text = json.dumps(dict(flags), sort_keys=True)
+    return f"{PROFILE_ARTIFACT}:{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 def exported_configuration(runs: list[RunRecord], objectives: Sequence[str],
@@ -195,17 +205,12 @@ def verdict_text(number: int, verdict: PgleVerdict) -> str:
 
 def kept_profile_key(runs: Sequence[RunRecord], trial_number: int | None,
                      flags: Mapping[str, FlagValue]) -> tuple[int, str] | None:
-    """(trial, environment key) of the stored profile behind an export's kept PGLE:
-    the PGLE runs of the exported flags (the performance run's own flags taken back to
-    the configuration's) under `trial_number`, or the baseline's trial for XLA's
+    """(trial, environment key) of the stored profile behind an export's kept PGLE: that
+    of the PGLE runs of exactly `flags` (the configuration's, before the performance run's
+    flags are added) under `trial_number`, or under the baseline's trial for XLA's
     defaults. None when there are none."""
-    from autotune import pgle as rules
-
-    base = {k: v for k, v in rules.without_profile(flags).items() if k != rules.LHS_FLAG}
     number = trial_number if trial_number is not None else baseline_trial(list(runs))
     if number is None:
         return None
-    mine = pgle_runs(runs, number, base) or pgle_runs(
-        runs, number, {**base, rules.LHS_FLAG: True})
-    keyed = next((r for r in mine if r.env_key is not None), None)
+    keyed = next((r for r in pgle_runs(runs, number, flags) if r.env_key is not None), None)
     return None if keyed is None or keyed.env_key is None else (number, keyed.env_key)

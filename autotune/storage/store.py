@@ -41,6 +41,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from autotune._resources import data_dir
 from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
@@ -61,6 +62,7 @@ from autotune.records import (
     StudyRecord,
     TrialOutcome,
     WorkerRecord,
+    sqlite_file,
 )
 from autotune.storage import artifacts as _artifacts
 from autotune.storage.models import (
@@ -163,9 +165,11 @@ def _json_loads(text: str | bytes) -> Any:
 
 
 def _create_engine(url: URL, shown: str) -> Engine:
+    """The engine of a storage URL; on a SQLite file without a pool (`records.sqlite_file`)."""
+    pool = {"poolclass": NullPool} if sqlite_file(url) else {}
     try:
         return create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True,
-                             json_deserializer=_json_loads)
+                             json_deserializer=_json_loads, **pool)
     except exc.NoSuchModuleError as error:
         raise StorageError(
             f"unknown database kind {url.drivername!r} in storage URL {shown}; {URL_HINT}"
@@ -184,7 +188,7 @@ def _write_ahead(engine: Engine) -> None:
     readers never block the workers that write and several workers on one host share
     it; with the busy timeout of `SQLITE_TIMEOUT_S` a writer waits for another's
     commit instead of failing. Only writers call this: reading changes no byte."""
-    if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
+    if not sqlite_file(engine.url):
         return
     with engine.connect() as connection:
         connection.exec_driver_sql("PRAGMA journal_mode=WAL")
