@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
+from autotune._optuna import rdb_storage
 from autotune.cli import app
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
@@ -90,7 +91,8 @@ def _optuna_trials(url: str) -> None:
 
     fast = optuna.distributions.CategoricalDistribution([False, True])
     level = optuna.distributions.CategoricalDistribution([0, 1, 2, 3])
-    study = optuna.create_study(study_name="s", storage=url)
+    # autotune's own way in (no idle connection left to fold the log in mid-test)
+    study = optuna.create_study(study_name="s", storage=rdb_storage(url, create=True))
     for role, params, value in (("baseline", {}, 1.0),
                                 ("search", {"xla_cpu_enable_fast_math": True}, 0.9),
                                 ("search", {"xla_backend_optimization_level": 2}, 0.9)):
@@ -242,7 +244,7 @@ def test_importance_as_json_with_nothing_to_compare_says_so_in_its_keys(url):
         store.ensure_study("young", "cpu", "matmul", "tiny", 1, "paired")
     import optuna
 
-    optuna.create_study(study_name="young", storage=url)
+    optuna.create_study(study_name="young", storage=rdb_storage(url, create=True))
     result = invoke("importance", "young", "--format", "json", url=url)
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
