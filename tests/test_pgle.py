@@ -270,3 +270,22 @@ def test_a_users_program_is_profiled_through_bench_report(tmp_path):
                       body["profile"], "--format", "json", cwd=tmp_path)
     assert other.returncode == 1  # the command's words are part of the model
     assert "model" in json.loads(other.stdout)["failure"]
+
+
+def test_the_report_fits_80_columns_and_keeps_a_long_path_whole(capsys):
+    from autotune.cli.pgle import _print
+
+    path = "/a/very/long/folder/" + "x" * 90 + "/profile.pbtxt"
+    _print({"workload": "scan-transformer", "preset": "small", "devices": 8, "mode": "manual",
+            "profile": path, "profile_costs": 243, "profile_source": "trace-events",
+            "names_in_program": 243, "step_time_s": {"with_profile": 0.031,
+                                                     "without_profile": 0.030},
+            "runs": 4, "speedup": 0.97, "speedup_interval": [0.9, 1.05],
+            "verdict": "no measurable gain", "same_program": True, "keep": False,
+            "note": "the CPU compiler does not use a PGLE profile (its scheduler has no "
+                    "latency estimator to feed), so no speedup is expected here"})
+    lines = capsys.readouterr().out.splitlines()
+    assert f"profile       {path}" in lines  # whole, after its label
+    assert all(len(line) <= 80 for line in lines if path not in line), lines
+    assert any(line.startswith("note") for line in lines)
+    assert "expected here" in lines[-1]

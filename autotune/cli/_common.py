@@ -54,6 +54,10 @@ def literal(value: object) -> str:
     return escape(visible)
 
 
+#: Tables and reports fit a terminal of this width; flag names and paths are never cut.
+TABLE_WIDTH = 80
+
+
 class OutputFormat(StrEnum):
     """How a reading command prints: a table for people, or JSON with stable keys."""
 

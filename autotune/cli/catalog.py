@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from autotune.cli._common import (
+    TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
     fmt_flags,
@@ -35,10 +36,6 @@ def spaces_list() -> None:
     out.print(table)
 
 
-#: Width of the `benchmarks list` table: a terminal of 80 columns shows it whole.
-BENCHMARKS_TABLE_WIDTH = 80
-
-
 def benchmarks_list(
     names: Annotated[list[str] | None, typer.Argument(
         metavar="[NAME]...", help="Only these benchmarks (default: all).")] = None,
@@ -63,7 +60,7 @@ def benchmarks_list(
     if fmt == OutputFormat.JSON:
         print_json([entry(info, found) for info, found in rows])
         return
-    table = Table(width=BENCHMARKS_TABLE_WIDTH)
+    table = Table(width=TABLE_WIDTH)
     table.add_column("benchmark", no_wrap=True,  # never cut a name
                      min_width=max((len(info.name) for info in infos), default=9))
     table.add_column(f"collectives (tiny, {devices} devices)", overflow="fold")

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import FormatOpt, OutputFormat, err, literal, out, print_json
+from autotune.cli._common import (
+    TABLE_WIDTH,
+    FormatOpt,
+    OutputFormat,
+    err,
+    literal,
+    out,
+    print_json,
+)
 from autotune.errors import AutotuneError
 
 
@@ -91,33 +99,35 @@ class _progress:
 
 
 def _print(body: dict[str, Any]) -> None:
-    """The verdict in a few lines that fit 80 columns."""
+    """The verdict as labelled lines wrapped to 80 columns (a path or a flag name longer
+    than a line is kept whole on its own line, never cut)."""
+    import textwrap
+
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value * 1e3:.3f} ms"
 
-    times = body["step_time_s"]
-    runs = body["runs"]
-    lines = [
-        f"workload      {literal(body['workload'])} ({body['preset']}, {body['devices']} "
-        "devices)",
-        f"mode          {body['mode']}",
-        f"profile       {literal(body['profile'] or '(JAX keeps it)')}",
-    ]
+    times, runs = body["step_time_s"], body["runs"]
+    rows = [("workload", f"{body['workload']} ({body['preset']}, {body['devices']} devices)"),
+            ("mode", str(body["mode"])),
+            ("profile", body["profile"] or "(JAX keeps it)")]
     if body["profile_costs"] is not None:
-        lines.append(f"costs         {body['profile_costs']} instructions from "
-                     f"{body['profile_source']}; {body['names_in_program']} named in the "
-                     "performance run's program")
+        rows.append(("costs", f"{body['profile_costs']} instructions from "
+                              f"{body['profile_source']}; {body['names_in_program']} named in "
+                              "the performance run's program"))
     if body["speedup"] is not None:
         low, high = body["speedup_interval"]
-        lines += [
-            f"step time     {ms(times['with_profile'])} with the profile, "
-            f"{ms(times['without_profile'])} without (median of {runs} "
-            f"process{'es' if runs != 1 else ''})",
-            f"speedup       x{body['speedup']:.3f} [{low:.3f}, {high:.3f}]: {body['verdict']}"
-            + (" (the same compiled program)" if body["same_program"] else "")]
-    lines.append("keep it       " + ("yes: apply the profile with the configuration"
-                                     if body["keep"] else "no"))
+        rows += [("step time", f"{ms(times['with_profile'])} with the profile, "
+                               f"{ms(times['without_profile'])} without (median of {runs} "
+                               f"process{'es' if runs != 1 else ''})"),
+                 ("speedup", f"x{body['speedup']:.3f} [{low:.3f}, {high:.3f}]: "
+                             f"{body['verdict']}" + (" (the same compiled program)"
+                                                     if body["same_program"] else ""))]
+    rows.append(("keep it", "yes: apply the profile with the configuration" if body["keep"]
+                 else "no"))
     if body["note"]:
-        lines.append(f"note          {literal(body['note'])}")
-    for line in lines:
-        out.print(line, highlight=False, soft_wrap=True)
+        rows.append(("note", body["note"]))
+    for label, text in rows:
+        for line in textwrap.wrap(text, width=TABLE_WIDTH, initial_indent=label.ljust(14),
+                                  subsequent_indent=" " * 14, break_long_words=False,
+                                  break_on_hyphens=False):
+            out.print(literal(line), highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ import typer
 
 from autotune.cli._common import (
     DEFAULT_STORAGE,
+    TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
     StorageOpt,
@@ -20,9 +21,6 @@ from autotune.cli._common import (
     print_json,
     require_database,
 )
-
-#: Tables of `best` fit a terminal of this width; flags are listed under them, uncut.
-TABLE_WIDTH = 80
 
 
 def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
