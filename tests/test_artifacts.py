@@ -10,15 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import pytest
 from alembic import command
 from alembic.config import Config
-from sql_rows import rows
+from sql_rows import rows, snapshot
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
 
 from autotune._resources import data_dir
 from autotune.errors import StudyNotFoundError
@@ -58,20 +55,6 @@ def _profile(size: int) -> str:
         total += len(line)
         i += 1
     return "".join(lines)[:size]
-
-
-def _snapshot(url: str) -> Any:
-    """A SQLite file's bytes, else every table's rows (what "wrote nothing" compares)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return Path(parsed.database or "").read_bytes()
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return {name: sorted(map(repr, connection.execute(text(f'SELECT * FROM "{name}"'))))
-                    for name in sorted(inspect(connection).get_table_names())}
-    finally:
-        engine.dispose()
 
 
 def _alembic_config(url: str) -> Config:
@@ -182,13 +165,13 @@ def test_reading_artifacts_through_a_read_only_store_writes_nothing(store: Store
                                                                      url: str) -> None:
     store.put_artifact("s", 3, "env-a", PGLE, PROFILE, META)
     store.close()
-    before = _snapshot(url)
+    before = snapshot(url)
     with Store.open(url, upgrade=False) as reader:
         got = reader.artifact("s", 3, "env-a", PGLE)
         assert got is not None and got.content == PROFILE
         assert [a.trial_number for a in reader.artifacts("s", kind=PGLE)] == [3]
         assert reader.artifact("s", 4, "env-a", PGLE) is None
-    assert _snapshot(url) == before
+    assert snapshot(url) == before
 
 
 def test_processes_storing_the_same_artifact_at_once_leave_one(store: Store, url: str) -> None:

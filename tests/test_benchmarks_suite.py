@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from child_env import cpu_child_env
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -97,15 +97,6 @@ print(json.dumps(facts))
 """
 
 
-def child_env(devices: int = DEVICES) -> dict[str, str]:
-    """Environment for a child on ``devices`` CPU devices that imports this checkout."""
-    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RESULT"}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
-
-
 def load(name: str) -> ModuleType:
     """Import ``benchmarks/<name>.py`` by path (hyphenated names are fine)."""
     path = BENCHMARKS / f"{name}.py"
@@ -122,7 +113,7 @@ def run_tiny(names: tuple[str, ...], devices: int) -> dict[str, dict]:
     code = TINY_CHILD.format(collectives=COLLECTIVES, paths=paths)
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env=child_env(devices),
+        env=cpu_child_env(devices),
         capture_output=True,
         text=True,
         timeout=300,
@@ -171,7 +162,7 @@ def test_two_devices_still_build_and_communicate() -> None:
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_measurement_child_reports_ok_with_the_collective(name: str) -> None:
     """``python -m autotune.bench FILE --preset tiny`` measures it and counts the collective."""
-    env = child_env()
+    env = cpu_child_env(DEVICES)
     env["AUTOTUNE_JOB"] = json.dumps(
         {"schema_version": 1, "steps": 3, "warmup": 1, "compiler_options": {}})
     path = str(BENCHMARKS / f"{name}.py")

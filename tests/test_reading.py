@@ -8,13 +8,11 @@ rows on PostgreSQL.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sql_rows import snapshot
+from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from autotune._optuna import rdb_storage
@@ -32,21 +30,6 @@ IDS = [" ".join(a) for a in READERS]
 
 def invoke(*args: str, url: str):
     return runner.invoke(app, [*args, "--storage", url])
-
-
-def snapshot(url: str) -> Any:
-    """What "left as it was" compares: a SQLite file's bytes, else every table's rows."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        path = Path(parsed.database or "")
-        return path.read_bytes() if path.exists() else None
-    engine = create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return {name: sorted(map(repr, connection.execute(text(f'SELECT * FROM "{name}"'))))
-                    for name in sorted(inspect(connection).get_table_names())}
-    finally:
-        engine.dispose()
 
 
 def execute(url: str, *statements: str) -> None:

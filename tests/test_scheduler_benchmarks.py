@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from child_env import cpu_child_env
 from cli_runner import invoke
 
 from autotune import inventory
@@ -78,20 +78,11 @@ print(json.dumps(facts))
 """
 
 
-def child_env(devices: int = DEVICES) -> dict[str, str]:
-    """A child on `devices` CPU devices that imports this checkout."""
-    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RESULT"}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return env
-
-
 def compile_in_child(cases: list[tuple[str, str, int]]) -> dict[str, dict]:
     """Facts of each (benchmark, preset, steps to run), from one child on 8 devices."""
     code = f"CASES = {cases!r}\nBENCHMARKS = {str(BENCHMARKS)!r}\n" + CHILD
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], env=cpu_child_env(DEVICES),
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
