@@ -188,7 +188,8 @@ def _study_target(runner: StudyRunner, number: int, flags: Mapping[str, FlagValu
     profile = folder / f"trial-{number}-{kind.split(':')[1]}" / "profile.pbtxt"
     while True:
         raise_if_interrupted()
-        made = len(pgle_runs(store.runs(plan.name, env_key=runner.env_key), number, flags))
+        made = len(pgle_runs(store.runs(plan.name, roles=[Role.PGLE], env_key=runner.env_key),
+                             number, flags))
         stored = store.artifact(plan.name, number, runner.env_key, kind)
         collect = stored is None
         if stored is not None:

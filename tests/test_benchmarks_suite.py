@@ -11,15 +11,13 @@ start jax's backend.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from child_env import cpu_child_env
+from child_env import cpu_child_env, load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -95,16 +93,6 @@ for name, path in {paths!r}.items():
     }}
 print(json.dumps(facts))
 """
-
-
-def load(name: str) -> ModuleType:
-    """Import ``benchmarks/<name>.py`` by path (hyphenated names are fine)."""
-    path = BENCHMARKS / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"suite_{name.replace('-', '_')}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_tiny(names: tuple[str, ...], devices: int) -> dict[str, dict]:
@@ -189,7 +177,7 @@ def test_measurement_child_reports_ok_with_the_collective(name: str) -> None:
 @pytest.mark.parametrize("name", NEW)
 def test_module_contract(name: str) -> None:
     """Presets, a one-line description, a docstring naming the collective, a workload()."""
-    module = load(name)
+    module = load_benchmark(name)
     assert module.PRESETS == ("tiny", "small", "large")
     assert isinstance(module.DESCRIPTION, str) and module.DESCRIPTION
     assert "\n" not in module.DESCRIPTION
@@ -200,7 +188,7 @@ def test_module_contract(name: str) -> None:
 @pytest.mark.parametrize("name", NEW)
 def test_unknown_preset_raises(name: str) -> None:
     """An unknown preset raises ValueError naming the known presets (before jax starts)."""
-    module = load(name)
+    module = load_benchmark(name)
     with pytest.raises(ValueError, match="known presets: tiny, small, large"):
         module.workload("enormous")
 
@@ -216,7 +204,7 @@ def test_unknown_preset_raises(name: str) -> None:
 )
 def test_device_count_that_does_not_fit_raises(name: str, small_on_eight: object) -> None:
     """Three devices do not divide the small sizes: the error lists the counts that work."""
-    module = load(name)
+    module = load_benchmark(name)
     with pytest.raises(ValueError, match=r"3 devices.*device counts that work.*: 1, 2, 4, 8"):
         module.resolve_config("small", 3)
     assert module.resolve_config("small", 8) == small_on_eight  # eight do: the small sizes
@@ -224,7 +212,7 @@ def test_device_count_that_does_not_fit_raises(name: str, small_on_eight: object
 
 def test_a_per_device_batch_grows_with_the_devices() -> None:
     """mlp-dp large gives 2048 examples to each device, whatever their count."""
-    module = load("mlp-dp")
+    module = load_benchmark("mlp-dp")
     assert module.resolve_config("large", 8) == dict(
         features=4096, hidden=8192, layers=8, classes=1024, batch=16384)
     assert module.resolve_config("large", 3)["batch"] == 6144

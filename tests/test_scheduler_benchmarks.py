@@ -13,15 +13,13 @@ shows their in-loop and all-to-all counts. The checks that need no compile
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from child_env import cpu_child_env
+from child_env import cpu_child_env, load_benchmark
 from cli_runner import invoke
 
 from autotune import inventory
@@ -95,16 +93,6 @@ def compiled() -> dict[str, dict]:
              for name in NEW for preset in ("tiny", "small")]
     cases += [(name, "tiny", 1) for name in named_benchmarks() if name not in NEW]
     return compile_in_child(cases)
-
-
-def load(name: str) -> ModuleType:
-    """Import `benchmarks/<name>.py` by path (it does not start a JAX backend)."""
-    path = BENCHMARKS / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"sched_{name.replace('-', '_')}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- the compiled programs ----------------------------------------------------------------
@@ -344,7 +332,7 @@ def test_a_short_study_measures_it(tmp_path, name, kind):
 
 @pytest.mark.parametrize("name", NEW)
 def test_module_contract(name):
-    module = load(name)
+    module = load_benchmark(name)
     assert module.PRESETS == ("tiny", "small", "large")
     assert isinstance(module.DESCRIPTION, str) and "\n" not in module.DESCRIPTION
     named = ("all-to-all",) if name == "moe" else ("all-gather", "reduce-scatter", "while")
@@ -354,14 +342,14 @@ def test_module_contract(name):
 
 
 def test_scan_transformer_sizes_must_divide_over_the_devices():
-    module = load("scan-transformer")
+    module = load_benchmark("scan-transformer")
     assert module.resolve_config("large", 8)["batch"] == 64
     with pytest.raises(ValueError, match="not divisible by 3 devices"):
         module.resolve_config("small", 3)
 
 
 def test_moe_holds_two_experts_at_least_and_a_capacity_per_device():
-    module = load("moe")
+    module = load_benchmark("moe")
     assert module.resolve_config("tiny", 1)["experts"] == 2  # top-2 routing on one device
     cfg = module.resolve_config("small", 8)
     assert (cfg["experts"], cfg["tokens"], cfg["capacity"]) == (16, 2048, 40)

@@ -89,7 +89,6 @@ def study(
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     from autotune.api import plan_study
     from autotune.launcher import SubprocessLauncher
-    from autotune.search import Objective
     from autotune.study import StudyRunner
 
     with out.status("checking the space's flags against the installed XLA..."):
@@ -116,15 +115,23 @@ def study(
         return
     try:
         _run_with_progress(runner, plan)
-        if confirm and plan.objectives != (Objective.MEMORY,):
-            _confirm_with_progress(runner, confirm, confirm_repeats)
-            if shrink:
-                _shrink_with_progress(runner, confirm_repeats)
-            if pgle:
-                _pgle_with_progress(runner, pgle, confirm_repeats)
-        print_best(store, plan.name, limit=10)
+        finish(runner, confirm, confirm_repeats, shrink, pgle)
     finally:
         runner.close()
+
+
+def finish(runner: Any, top: int, repeats: int, shrink: bool, pgle: int) -> None:
+    """After the search: confirm the best `top`, shrink the recommendation, PGLE the best
+    `pgle` (as asked; none for a study of memory alone), then print the best table."""
+    from autotune.search import Objective
+
+    if top and runner.plan.objectives != (Objective.MEMORY,):
+        _confirm_with_progress(runner, top, repeats)
+        if shrink:
+            _shrink_with_progress(runner, repeats)
+        if pgle:
+            _pgle_with_progress(runner, pgle, repeats)
+    print_best(runner.store, runner.plan.name, limit=10)
 
 
 def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:

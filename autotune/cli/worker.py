@@ -22,6 +22,7 @@ import typer
 
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, out
 from autotune.cli.results import print_best
+from autotune.cli.study import finish
 from autotune.errors import AutotuneError
 
 #: Seconds between looks at the database while local workers run.
@@ -64,7 +65,7 @@ def worker(
         out.print(f"{who}done; other workers are still measuring, and the last to finish "
                   "confirms", highlight=False)
         return
-    _finish(runner, joined.confirm, joined.confirm_repeats, joined.shrink, joined.pgle)
+    finish(runner, joined.confirm, joined.confirm_repeats, joined.shrink, joined.pgle)
 
 
 def confirm(
@@ -94,27 +95,8 @@ def confirm(
     runner = StudyRunner(joined.planned.plan, joined.store, SubprocessLauncher(),
                          joined.store.url, facts=joined.planned.report.environment)
     runner.prepare()
-    _finish(runner, top or joined.confirm or 3, repeats or joined.confirm_repeats,
-            joined.shrink if shrink is None else shrink, joined.pgle if pgle is None else pgle)
-
-
-def _finish(runner: Any, top: int, repeats: int, shrink: bool, pgle: int = 0) -> None:
-    """Confirm, shrink, PGLE (as the study's plan asks) and print the best table."""
-    from autotune.cli.study import (
-        _confirm_with_progress,
-        _pgle_with_progress,
-        _shrink_with_progress,
-    )
-    from autotune.search import Objective
-
-    plan = runner.plan
-    if top and plan.objectives != (Objective.MEMORY,):
-        _confirm_with_progress(runner, top, repeats)
-        if shrink:
-            _shrink_with_progress(runner, repeats)
-        if pgle:
-            _pgle_with_progress(runner, pgle, repeats)
-    print_best(runner.store, plan.name, limit=10)
+    finish(runner, top or joined.confirm or 3, repeats or joined.confirm_repeats,
+           joined.shrink if shrink is None else shrink, joined.pgle if pgle is None else pgle)
 
 
 def run_local_workers(store: Any, plan: Any, count: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -179,13 +180,7 @@ def _with_pgle(body: dict[str, Any], runs: list[RunRecord], number: int | None,
     if not verdict.keep or profile is None:
         return {**body, "pgle": section}
     flags = rules.performance_options(body["flags"], profile)
-    from autotune.flags.compose import compose_env, split_per_compile, xla_flags_string
-
-    options, environment_only = split_per_compile(flags, catalog)
-    return {**body, "flags": flags, "changed_from_defaults": changed_flags(flags, catalog),
-            "env": compose_env(flags, {}, catalog), "xla_flags": xla_flags_string(flags, catalog),
-            "jax": {"compiler_options": options,
-                    "env": compose_env(environment_only, {}, catalog)},
+    return {**body, **_to_set(flags, catalog),
             "pgle": {**section, "profile": os.path.basename(profile)}}
 
 
@@ -216,18 +211,23 @@ def _pick(study: StudyRecord, order: Order,
 def _configuration(run: RunRecord, conf: Confirmation | None, baseline: RunRecord | None,
                    catalog: Any) -> dict[str, Any]:
     """The keys that say what to set, and what was measured, for one configuration."""
+    return {"trial": run.trial_number, **_to_set(run.flags, catalog),
+            "measured": _measured(run, baseline, conf)}
+
+
+def _to_set(flags: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
+    """What to set for `flags`: the flags, those that differ from XLA's defaults, the
+    variables, the XLA_FLAGS string and the per-compile options with what they need."""
     from autotune.flags.compose import compose_env, split_per_compile, xla_flags_string
 
-    options, environment_only = split_per_compile(run.flags, catalog)
+    options, environment_only = split_per_compile(flags, catalog)
     return {
-        "trial": run.trial_number,
-        "flags": dict(run.flags),
-        "changed_from_defaults": changed_flags(run.flags, catalog),
-        "env": compose_env(run.flags, {}, catalog),
-        "xla_flags": xla_flags_string(run.flags, catalog),
+        "flags": dict(flags),
+        "changed_from_defaults": changed_flags(flags, catalog),
+        "env": compose_env(flags, {}, catalog),
+        "xla_flags": xla_flags_string(flags, catalog),
         "jax": {"compiler_options": options,
                 "env": compose_env(environment_only, {}, catalog)},
-        "measured": _measured(run, baseline, conf),
     }
 
 
