@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from autotune.api import Study
     from autotune.config import Config
 
-__version__ = "0.1.0"
+from autotune._resources import VERSION as __version__
+
 __all__ = ["Study", "__version__", "load_config"]
 
 

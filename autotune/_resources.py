@@ -1,4 +1,4 @@
-"""Where the data folders (search spaces, benchmarks, migrations) are found.
+"""Where the data folders (search spaces, benchmarks, migrations) are found; the version.
 
 In an installed wheel they live inside the package at `autotune/_data/<name>`
 (pyproject's hatch `force-include` copies them there); in a source checkout
@@ -8,6 +8,9 @@ they live at the top of the repository. The packaged location is tried first.
 from __future__ import annotations
 
 from pathlib import Path
+
+#: This autotune's version (`autotune.__version__`; a worker's recipe compares it).
+VERSION = "0.1.0"
 
 DATA_DIRS = ("search_spaces", "benchmarks", "alembic")
 

@@ -32,11 +32,12 @@ from autotune.errors import StudyNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from autotune.flags.probe import ProbeReport
-    from autotune.preflight import Preflight
     from autotune.records import RunRecord, StudyRecord
     from autotune.results.shrink import Shrink
     from autotune.storage.store import Store
-    from autotune.study import ConfirmEvent, RunSummary, ShrinkEvent, StudyPlan, TrialEvent
+    from autotune.study.plan import ConfirmEvent, RunSummary, ShrinkEvent, StudyPlan, TrialEvent
+    from autotune.study.preflight import Preflight
+    from autotune.study.service import AfterSearch, Watcher
     from autotune.workloads import WorkloadInfo
 
 #: Where studies are kept unless told otherwise: ./autotune.db.
@@ -109,10 +110,7 @@ class Joined:
 
     planned: PlannedStudy
     store: Store
-    confirm: int
-    confirm_repeats: int
-    shrink: bool
-    pgle: int = 0
+    after: AfterSearch
 
 
 def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path | None = None,
@@ -148,13 +146,14 @@ def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path
             know (unless `drop_unknown`) or for another backend (unless
             `allow_backend_mismatch`).
     """
-    from autotune import preflight, spaces
+    from autotune import spaces
     from autotune.bench import PRESETS
     from autotune.flags.catalog import load_catalog
     from autotune.flags.probe import probe
     from autotune.records import MeasureMode
-    from autotune.search import choose_sampler, parse_objectives
-    from autotune.study import StudyPlan
+    from autotune.study import preflight
+    from autotune.study.plan import StudyPlan
+    from autotune.study.samplers import choose_sampler, parse_objectives
 
     loaded = spaces.load_space(space)
     work, argv = _workload(benchmark, script, command)
@@ -211,6 +210,7 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
             command study whose folder this machine lacks.
     """
     from autotune.errors import StudyMismatchError
+    from autotune.study.service import AfterSearch
 
     store = open_store(storage, must_exist=True)
     record = store.get_study(name)
@@ -237,17 +237,16 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
             f"this worker would not measure study {name!r} as it was made: "
             f"{'; '.join(differences)} (file hashes cover the space and workload files): "
             "give every worker the same files and autotune")
-    return Joined(replace(planned, plan=replace(planned.plan, recipe=None)), store,
-                  int(recipe.get("confirm", 3)), int(recipe.get("confirm_repeats", 4)),
-                  bool(recipe.get("shrink", True)), int(recipe.get("pgle", 0)))
+    after = AfterSearch(int(recipe.get("confirm", 3)), int(recipe.get("confirm_repeats", 4)),
+                        bool(recipe.get("shrink", True)), int(recipe.get("pgle", 0)))
+    return Joined(replace(planned, plan=replace(planned.plan, recipe=None)), store, after)
 
 
 def _identity() -> dict[str, str]:
     """This autotune: its version and the digest of its sources."""
-    from autotune import __version__
-    from autotune._resources import source_digest
+    from autotune._resources import VERSION, source_digest
 
-    return {"version": __version__, "source": source_digest()}
+    return {"version": VERSION, "source": source_digest()}
 
 
 def _check_identity(name: str, theirs: Mapping[str, Any]) -> None:
@@ -313,25 +312,17 @@ class Study:
         Raises:
             UsageError: this Study was opened for reading (use `Study.create`).
         """
-        from autotune.launcher import SubprocessLauncher
-        from autotune.search import Objective
-        from autotune.study import StudyRunner
+        from autotune.study.service import AfterSearch, finish, open_runner
 
         if self.planned is None:
             raise UsageError(f"study {self.name!r} was opened for reading; create it with "
                              "Study.create(space=..., ...) to run trials")
-        plan = self.planned.plan
         store = open_store(self.storage, must_exist=False, write=True)
-        runner = StudyRunner(plan, store, SubprocessLauncher(), store.url,
-                             facts=self.planned.report.environment)
+        runner = open_runner(self.planned.plan, store, self.planned.report.environment)
         runner.prepare()
         summary = runner.run(on_trial=on_trial)
-        if confirm and plan.objectives != (Objective.MEMORY,):
-            runner.confirm(confirm, confirm_repeats, on_run=on_confirm)
-            if shrink:
-                runner.shrink(confirm_repeats, on_run=on_shrink)
-            if pgle:
-                runner.pgle(pgle, confirm_repeats)
+        finish(runner, AfterSearch(confirm, confirm_repeats, shrink, pgle),
+               _callbacks(on_confirm, on_shrink))
         return summary
 
     def runs(self) -> list[RunRecord]:
@@ -404,6 +395,23 @@ class Study:
         """
         store = open_store(self.storage, must_exist=True)
         return store.get_study(self.name), store.runs(self.name)
+
+
+def _callbacks(on_confirm: Callable[[ConfirmEvent], None] | None,
+               on_shrink: Callable[[ShrinkEvent], None] | None) -> Watcher:
+    """A watcher of `finish` that passes confirmation and shrinking runs to the callbacks."""
+    from autotune.study.service import Watcher
+
+    class Callbacks(Watcher):
+        def confirmed(self, event: ConfirmEvent) -> None:
+            if on_confirm is not None:
+                on_confirm(event)
+
+        def shrinking(self, event: ShrinkEvent) -> None:
+            if on_shrink is not None:
+                on_shrink(event)
+
+    return Callbacks()
 
 
 def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunRecord],
@@ -528,7 +536,7 @@ class PgleResult:
     """What `pgle` measured: the plan, each run's outcome and their verdict
     (`autotune.results.pgle`)."""
 
-    plan: Any  # autotune.guided.PglePlan
+    plan: Any  # autotune.study.pgle.PglePlan
     workload: str
     outcomes: list[Any]
     verdict: Any  # autotune.results.pgle.PgleVerdict
@@ -560,12 +568,12 @@ def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
     from autotune.bench import PRESETS
     from autotune.config import load_config
     from autotune.flags.catalog import load_catalog
-    from autotune.guided import PglePlan, model_identity, run_pgle
     from autotune.launcher import SubprocessLauncher
     from autotune.protocol import PGLE_MODES
     from autotune.records import MeasureMode
     from autotune.results.pgle import pgle_verdict
-    from autotune.trials import RequestSettings, with_device_count
+    from autotune.study.pgle import PglePlan, model_identity, run_pgle
+    from autotune.study.trials import RequestSettings, with_device_count
 
     work, argv = _workload(benchmark, script, command)
     one_of(preset, PRESETS, "preset")

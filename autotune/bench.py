@@ -16,33 +16,20 @@ does the work). The child calls `workload(preset)` before it touches JAX
 itself, so a multi-process workload may call `jax.distributed.initialize`
 there first (see `benchmarks/distributed-mlp.py`).
 
-This module imports only the standard library.
+`Workload` and `PRESETS` are defined in the child package (`autotune.child.workload`)
+and re-exported here; importing this module loads neither jax nor numpy.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-PRESETS = ("tiny", "small", "large")
+from autotune.child.run import main as child_main
+from autotune.child.run import measure_to_file
+from autotune.child.workload import PRESETS, Workload
 
-
-@dataclass
-class Workload:
-    """One step function and the concrete arguments to call it with.
-
-    Attributes:
-        step: the step; called as `step(*args)`. May already be `jax.jit`-ed.
-        args: concrete (possibly sharded) arrays or pytrees of them.
-        name: a short label for logs.
-        meta: free-form facts about the workload (sizes, parameter count).
-    """
-
-    step: Callable[..., Any]
-    args: tuple[Any, ...]
-    name: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+__all__ = ["PRESETS", "Workload", "main", "report"]
 
 
 def report(work: Workload | Callable[[], Workload]) -> int:
@@ -62,17 +49,11 @@ def report(work: Workload | Callable[[], Workload]) -> int:
     with exit code 1 once its result is written (its peers would wait for it
     forever), so the launcher can stop the others.
     """
-    import os
-
-    from autotune.child.run import measure_to_file
-
     return measure_to_file(work if callable(work) else (lambda: work), dict(os.environ))
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m autotune.bench FILE [--preset P]`: measure one workload file."""
-    from autotune.child.run import main as child_main
-
     return child_main(argv)
 
 

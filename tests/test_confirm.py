@@ -16,7 +16,8 @@ from autotune.replay import ReplayLauncher, config_key
 from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
 from autotune.workloads import resolve_benchmark
 
 LUCKY = {"xla_cpu_prefer_vector_width": 128}  # looked fast once, is not

@@ -271,7 +271,7 @@ def test_optuna_dashboard_opens_the_same_database(first: str, tmp_path: Path):
     import optuna
     import optuna_dashboard
 
-    from autotune._optuna import rdb_storage
+    from autotune.storage._optuna import rdb_storage
 
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -47,7 +47,7 @@ from autotune.results.ranking import (
     recommend,
 )
 from autotune.storage import Store
-from autotune.trials import RequestSettings, TrialJudge, environment_key, environment_of
+from autotune.study.trials import RequestSettings, TrialJudge, environment_key, environment_of
 
 H100 = Environment("node-1", "3.11.7", "0.10.2", "0.10.2", "gpu", "NVIDIA H100 80GB HBM3", 8,
                    driver_version="550.54.15", runtime_version="cuda 12080")

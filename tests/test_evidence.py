@@ -14,14 +14,15 @@ from test_ranking import FAST, LEVEL, WHEN, WIDTH, Runs, measurement
 
 from autotune.flags.catalog import load_catalog
 from autotune.launcher import TrialRequest
-from autotune.measured import BUDGET_ROLES
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role
 from autotune.replay import ReplayTable, TableLauncher
 from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
 from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.measured import BUDGET_ROLES
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
 from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,8 +24,9 @@ from autotune.results.view import study_page
 from autotune.spaces import load_space_text
 from autotune.spaces.fit import Action, SpaceFit, apply_fit
 from autotune.storage import Store
-from autotune.study import FIT_KEY, StudyPlan, StudyRunner
-from autotune.trials import environment_key
+from autotune.study.plan import FIT_KEY, StudyPlan
+from autotune.study.runner import StudyRunner
+from autotune.study.trials import environment_key
 from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,7 +277,7 @@ def test_a_study_whose_fit_leaves_nothing_to_search_stops_at_once_saying_why(tmp
                      workload=resolve_benchmark("mlp-dp"), trials=20, sampler="random", seed=0)
     launcher = Profiled()
     summary = StudyRunner(plan, Store.open(url), launcher, url).run()
-    from autotune.study import EMPTY_FIT_NOTE
+    from autotune.study.runner import EMPTY_FIT_NOTE
 
     assert summary.stopped == EMPTY_FIT_NOTE
     assert [r.flags for r in launcher.requests if r.timed] == [{}]  # the baseline alone

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import autotune.study
+import autotune.study.context
 from autotune.errors import StorageError
-from autotune.heartbeat import claim_heartbeat
 from autotune.launcher import Launcher, TrialRequest
 from autotune.records import ClaimRecord, Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.spaces import load_space
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.heartbeat import claim_heartbeat
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
 from autotune.workloads import resolve_benchmark
 
 EVERY_S = 0.02
@@ -100,7 +101,7 @@ class SlowLauncher(Launcher):
 
 
 def test_a_confirmation_round_beats_its_claim_while_it_measures(tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(autotune.study, "CLAIM_BEAT_S", EVERY_S)
+    monkeypatch.setattr(autotune.study.context, "CLAIM_BEAT_S", EVERY_S)
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     store.ensure_study("s", "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, "cpu")
     launcher = SlowLauncher(store, 10 * EVERY_S)

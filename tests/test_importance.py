@@ -18,9 +18,9 @@ from autotune.results.importance import (
     FlagEffect,
     compared_trials,
     flag_effects,
-    load_trials,
     noise_level,
 )
+from autotune.storage._optuna import load_trials
 from autotune.storage.store import Store
 
 runner = CliRunner()

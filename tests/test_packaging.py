@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
         ("autotune.report", {"jax", "optuna", "typer", "starlette", "uvicorn", "matplotlib"}),
         ("autotune.results.view", {"jax", "optuna", "sqlalchemy", "starlette", "jinja2"}),
         ("autotune.study", {"jax", "jaxlib"}),
-        ("autotune.search", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune.study.samplers", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.results.importance", {"jax", "optuna"}),
         ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
@@ -106,18 +107,37 @@ def test_heavy_modules_stay_off_the_import_path(module, forbidden):
     assert done.stdout.strip() == "[]"
 
 
-def test_the_read_model_imports_no_runner_launcher_storage_or_cli():
-    """`autotune.results` works on plain records: what it shows cannot depend on who runs."""
-    modules = sorted(f"autotune.results.{p.stem}" for p in (ROOT / "autotune" / "results").glob(
-        "*.py") if p.stem != "__init__")
-    forbidden = ["autotune.study", "autotune.launcher", "autotune.storage", "autotune.cli",
-                 "autotune.trials", "autotune.measured"]
-    code = (f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; "
-            f"print(sorted(m for m in {forbidden!r} if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert len(modules) >= 5 and done.stdout.strip() == "[]"
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` with the contracts of pyproject.toml, on the package found in `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(Path(sys.executable).with_name("lint-imports")),
+                           "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          capture_output=True, text=True, timeout=120, cwd=root, env=env)
+
+
+def test_every_import_keeps_the_layer_contracts():
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("results/notes.py", "from autotune.storage import store", "The read model works"),
+    ("records.py", "from autotune.study import plan", "Every import points down"),
+    ("study/plan.py", "from autotune.study import runner", "No import cycle"),
+    ("study/search.py", "import jax", "The parent never imports jax"),
+])
+def test_an_import_against_the_layers_breaks_a_contract(tmp_path, module, line, contract):
+    """The contracts bite: one import that runs up, sideways into storage or in a circle,
+    inside a function as at the top, fails `lint-imports` and names the contract."""
+    shutil.copytree(ROOT / "autotune", tmp_path / "autotune",
+                    ignore=shutil.ignore_patterns("__pycache__", "_data"))
+    target = tmp_path / "autotune" / module
+    target.write_text(target.read_text() + f"\n\ndef _up() -> None:\n    {line}  # noqa\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0
+    broken = [row for row in done.stdout.splitlines() if "BROKEN" in row]
+    assert broken and broken[0].startswith(contract), done.stdout
 
 
 def test_only_the_dashboard_imports_the_web_framework():

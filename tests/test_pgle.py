@@ -233,8 +233,8 @@ def test_flags_that_act_only_through_the_environment_are_refused(tmp_path):
 def test_a_study_says_why_its_pgle_phase_cannot_run():
     from types import SimpleNamespace
 
-    from autotune.guided import pgle_refusal
     from autotune.records import MeasureMode
+    from autotune.study.pgle import pgle_refusal
 
     def plan(mode: MeasureMode, launcher: str | None) -> object:
         return SimpleNamespace(mode=mode, launcher=launcher)

@@ -25,7 +25,9 @@ from autotune.replay import ReplayTable, TableLauncher
 from autotune.spaces import load_space
 from autotune.stopping import median_curve
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
+from autotune.study.search import Search
 from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +61,7 @@ class CurveRecorder(TableLauncher):
     def __init__(self, table: ReplayTable, store: Store, seed: int) -> None:
         super().__init__(table, load_catalog(), seed=seed)
         self.store = store
-        self.role: Role | None = None  # set by the runner's _launch (patched below)
+        self.role: Role | None = None  # set by the search's request (patched below)
         self.seen: list[tuple[Role | None, Any, Any]] = []
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
@@ -79,13 +81,13 @@ def test_search_trials_carry_the_curve_of_the_stored_runs_and_the_baseline_none(
                      workload=resolve_benchmark("mlp-dp"), sampler="random", seed=4, trials=16,
                      steps=15)
     runner = StudyRunner(plan, store, launcher, store.url)
-    launch = StudyRunner._launch
+    request = Search.request
 
-    def tagged(self: StudyRunner, study: Any, trial: Any, role: Role, *rest: Any) -> Any:
+    def tagged(self: Search, role: Role, *rest: Any) -> Any:
         launcher.role = role
-        return launch(self, study, trial, role, *rest)
+        return request(self, role, *rest)
 
-    monkeypatch.setattr(StudyRunner, "_launch", tagged)
+    monkeypatch.setattr(Search, "request", tagged)
     runner.prepare()
     # Six search trials another process of this environment measured before the baseline ran
     # here: five timed 15 pairs, one pruned after 6 (it counts for 6 pairs only).

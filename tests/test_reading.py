@@ -15,10 +15,10 @@ from sql_rows import snapshot
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
-from autotune._optuna import rdb_storage
 from autotune.cli import app
 from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
+from autotune.storage._optuna import rdb_storage
 from autotune.storage.store import HEAD_REVISION
 
 runner = CliRunner()

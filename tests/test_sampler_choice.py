@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.errors import UsageError
-from autotune.search import GRID_LIMIT, Objective, choose_sampler, grid_order
 from autotune.spaces import Param, Space, load_space, load_space_text
+from autotune.study.samplers import GRID_LIMIT, Objective, choose_sampler, grid_order
 
 ONE, TWO = (Objective.TIME,), (Objective.TIME, Objective.MEMORY)
 AR = "xla_gpu_all_reduce_combine_threshold_bytes"

@@ -30,10 +30,11 @@ from autotune.records import (
     Role,
     TrialOutcome,
 )
-from autotune.search import Objective, choose_sampler, parse_objectives
 from autotune.spaces import load_space
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
+from autotune.study.samplers import Objective, choose_sampler, parse_objectives
 from autotune.workloads import resolve_benchmark
 
 SMALL = """schema_version: 1
@@ -240,8 +241,8 @@ def test_a_study_with_memory_as_an_objective_never_prunes(small_space, tmp_path)
 def test_known_programs_are_those_timed_successfully():
     from datetime import UTC, datetime
 
-    from autotune.measured import MeasuredIndex
     from autotune.records import Environment, RunRecord
+    from autotune.study.measured import MeasuredIndex
 
     def run(number: int, flags: dict, fingerprint: str,
             kind: OutcomeKind = OutcomeKind.OK, steps: int = 3, same: int | None = None):
@@ -277,7 +278,7 @@ def test_resuming_counts_launches_and_never_remeasures(small_space, tmp_path):
 
 def test_the_search_never_proposes_a_value_the_probe_rejected(small_space):
     from autotune.flags.probe import ProbeReport
-    from autotune.preflight import check
+    from autotune.study.preflight import check
 
     report = ProbeReport(
         jax_version="0", jaxlib_version="0", backend="cpu", device_kind="cpu", libtpu=False,

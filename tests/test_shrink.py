@@ -28,7 +28,8 @@ from autotune.records import (
 from autotune.results.shrink import Effect
 from autotune.spaces import load_space
 from autotune.storage import Store
-from autotune.study import StudyPlan, StudyRunner
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
 from autotune.workloads import resolve_benchmark
 
 

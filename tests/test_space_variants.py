@@ -263,7 +263,7 @@ def test_a_variant_with_a_value_this_xla_rejects_goes():
 def test_preflight_drops_a_variant_whose_value_the_probe_rejected():
     from autotune.flags import load_catalog
     from autotune.flags.probe import ProbeReport
-    from autotune.preflight import check
+    from autotune.study.preflight import check
 
     report = ProbeReport(
         jax_version="0", jaxlib_version="0", backend="tpu", device_kind="tpu", libtpu=True,

@@ -749,7 +749,7 @@ def test_a_study_made_before_plans_were_stored_is_compared_on_its_columns(url: s
 
 OPENER = """
 import sys, time
-from autotune._optuna import rdb_storage
+from autotune.storage._optuna import rdb_storage
 from autotune.storage import Store
 url, start = sys.argv[1], float(sys.argv[2])
 while time.time() < start:

@@ -22,13 +22,13 @@ import pytest
 from sql_rows import rows as _rows
 from sqlalchemy import create_engine, text
 
-from autotune._optuna import outcome_of
 from autotune.api import join_study, plan_study
 from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
 from autotune.records import ClaimState, ClaimVerdict, Role
 from autotune.spaces.loader import spaces_dir
 from autotune.storage import Store
-from autotune.study import StudyRunner
+from autotune.storage._optuna import outcome_of
+from autotune.study.runner import StudyRunner
 
 TINY = {"benchmark": "matmul", "preset": "tiny", "devices": 1, "steps": 5, "warmup": 1,
         "max_warmup": 3}
@@ -162,7 +162,7 @@ def test_a_worker_on_another_host_that_stops_beating_loses_nothing(planned, url)
     while time.monotonic() < deadline:
         runner.store.beat(alive.id)  # this one keeps beating
         time.sleep(0.3)
-    runner.reap(study)
+    runner.reap()
     frozen = study._storage.get_trial(trial._trial_id)
     assert frozen.state.name == "FAIL" and outcome_of(frozen) == "interrupted"
     again = [t for t in study.get_trials(deepcopy=False)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from autotune.bench import Workload
 from autotune.child.failure import Failure, classified
 from autotune.child.pgle_phase import pgle_candidate
 from autotune.child.program import (
@@ -43,7 +42,7 @@ from autotune.child.ranks import (
     result_path,
 )
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
-from autotune.child.workload import build_workload
+from autotune.child.workload import Workload, build_workload
 from autotune.protocol import JOB_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
 from autotune.stopping import over_budget
 

@@ -1,14 +1,37 @@
-"""Load a workload file and check its contract (`workload(preset) -> Workload`)."""
+"""What a workload is (`Workload`, re-exported by `autotune.bench`), and loading a workload
+file with its contract checked (`workload(preset) -> Workload`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from autotune.bench import Workload
 from autotune.child.failure import Failure
+
+#: The size presets every workload accepts.
+PRESETS = ("tiny", "small", "large")
+
+
+@dataclass
+class Workload:
+    """One step function and the concrete arguments to call it with.
+
+    Attributes:
+        step: the step; called as `step(*args)`. May already be `jax.jit`-ed.
+        args: concrete (possibly sharded) arrays or pytrees of them.
+        name: a short label for logs.
+        meta: free-form facts about the workload (sizes, parameter count).
+    """
+
+    step: Callable[..., Any]
+    args: tuple[Any, ...]
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def load_workload_module(path: str) -> ModuleType:

@@ -41,9 +41,9 @@ def importance(
         compared_trials,
         flag_effects,
         importance_json,
-        load_trials,
         noise_level,
     )
+    from autotune.storage._optuna import load_trials
 
     store = open_store(storage, must_exist=True)
     record = store.get_study(study_name)

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from autotune.cli._common import (
-    DEFAULT_STORAGE,
-    StorageOpt,
-    fmt_bytes,
-    literal,
-    open_store,
-    out,
-)
-from autotune.cli.results import print_best
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, open_store, out
 
 
 def study(
@@ -87,9 +79,10 @@ def study(
                     "confirmed faster (paired mode; 0: off).")] = 0,
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
+    # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
     from autotune.api import plan_study
-    from autotune.launcher import SubprocessLauncher
-    from autotune.study import StudyRunner
+    from autotune.cli import _progress
+    from autotune.study.service import AfterSearch, open_runner
 
     with out.status("checking the space's flags against the installed XLA..."):
         planned = plan_study(
@@ -102,168 +95,16 @@ def study(
             trial_memory_limit=trial_memory_limit, fit=fit, racing=racing,
             heartbeat_s=heartbeat, launcher=launcher, confirm=confirm,
             confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle)
-    _print_preflight(planned)
+    _progress.print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
-    runner = StudyRunner(plan, store, SubprocessLauncher(), store.url,
-                         facts=planned.report.environment)
+    runner = open_runner(plan, store, planned.report.environment)
     if workers > 1:
-        from autotune.cli.worker import run_local_workers
-
         runner.prepare()  # the study and its recipe stored before any worker reads them
-        run_local_workers(store, plan, workers)
+        _progress.run_local_workers(store, plan, workers)
         return
     try:
-        _run_with_progress(runner, plan)
-        finish(runner, confirm, confirm_repeats, shrink, pgle)
+        _progress.run_with_progress(runner, plan)
+        _progress.finish(runner, AfterSearch(confirm, confirm_repeats, shrink, pgle))
     finally:
         runner.close()
-
-
-def finish(runner: Any, top: int, repeats: int, shrink: bool, pgle: int) -> None:
-    """After the search: confirm the best `top`, shrink the recommendation, PGLE the best
-    `pgle` (as asked; none for a study of memory alone), then print the best table."""
-    from autotune.search import Objective
-
-    if top and runner.plan.objectives != (Objective.MEMORY,):
-        _confirm_with_progress(runner, top, repeats)
-        if shrink:
-            _shrink_with_progress(runner, repeats)
-        if pgle:
-            _pgle_with_progress(runner, pgle, repeats)
-    print_best(runner.store, runner.plan.name, limit=10)
-
-
-def _confirm_with_progress(runner: Any, top: int, repeats: int) -> None:
-    out.print(f"confirming the best {top} configurations: {repeats} fresh processes each, "
-              "interleaved with the baseline")
-    runner.confirm(top, repeats, on_run=lambda ev: out.print(
-        f"confirm {ev.done}/{ev.total}: trial #{ev.trial_number} {_confirm_text(ev)}",
-        highlight=False))
-
-
-def _shrink_with_progress(runner: Any, repeats: int) -> None:
-    """Shrink the recommendation, one line per run (see `StudyRunner.shrink`)."""
-    state = runner.shrink(repeats, on_run=lambda ev: out.print(
-        f"shrink: trial #{ev.trial_number} {_shrink_text(ev)}", highlight=False))
-    if state is None:
-        return
-    dropped = [r.flag for r in state.removals if r.dropped]
-    out.print(f"shrunk trial #{state.trial_number} to {len(state.minimal)} of "
-              f"{len(state.minimal) + len(dropped)} flags"
-              + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
-              + (f" ({literal(state.note)})" if state.note else ""), highlight=False)
-
-
-def _pgle_with_progress(runner: Any, top: int, repeats: int) -> None:
-    """The PGLE phase, one line per run (see `StudyRunner.pgle`), or why it cannot run."""
-    from autotune.guided import pgle_refusal
-
-    if why := pgle_refusal(runner.plan):
-        out.print(f"PGLE skipped: {why}", highlight=False)
-        return
-    out.print(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
-              "processes each, timed against the same flags without it")
-    runner.pgle(top, repeats, on_run=lambda ev: out.print(
-        f"pgle {ev.done}/{ev.total}: trial #{ev.trial_number} {_confirm_text(ev)}",
-        highlight=False))
-
-
-def _shrink_text(ev: Any) -> str:
-    """One run of shrinking in words: what was compiled or timed, and what came of it."""
-    what = f"{len(ev.step.flags)} flags" + (
-        " compiled" if not ev.step.timed else
-        " against the defaults" if ev.step.reference is None else " against the full set")
-    return f"{what}: {_confirm_text(ev) if ev.step.timed else ev.outcome.kind.value}"
-
-
-def _confirm_text(ev: Any) -> str:
-    m = ev.outcome.measurement
-    if ev.outcome.ok and m is not None and m.paired_ratio:
-        return f"×{1 / m.paired_ratio:.3f} in this process"
-    return ev.outcome.kind.value
-
-
-def _print_preflight(planned: Any) -> None:
-    """What the checks before the first trial changed or warn about (see autotune.preflight)."""
-    checked, report, space = planned.preflight, planned.report, planned.plan.space
-    if checked.dropped:
-        noun = "flag" if len(checked.dropped) == 1 else "flags"
-        out.print(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
-                  f"{report.jaxlib_version}) does not know: "
-                  f"{literal(', '.join('--' + f for f in checked.dropped))}", highlight=False)
-    for flag, values in checked.dropped_values.items():
-        out.print(f"left out values of --{literal(flag)} this XLA rejects: "
-                  f"{literal(', '.join(map(str, values)))}", highlight=False)
-    if checked.backend_mismatch:
-        out.print(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
-                  f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
-                  "expect no effect to measure", highlight=False)
-
-
-def _run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
-                       limit: int | None = None, who: str = "") -> None:
-    """Run the study's search with a progress bar of the whole study (every process's
-    trials), or one line per trial where the output is no terminal. `until_done` waits
-    for other processes' trials and takes over those of dead ones
-    (`StudyRunner.run_until_done`); `limit` caps this process's launches."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    runner.prepare()
-    runner.on_fit = _print_fit
-    remaining = runner.remaining()
-    if remaining == 0 and not until_done:
-        out.print(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
-                  f"pass --trials {plan.trials + 10} to run more")
-        return
-    choice = runner.choice
-    out.print(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({plan.preset}, "
-              f"{plan.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
-              f"to run, {plan.mode.value} timing; minimising "
-              f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
-              + (f" ({literal(choice.reason)})" if choice.reason else "")
-              + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
-                 if plan.memory_budget_bytes else ""), highlight=False)
-    run = runner.run_until_done if until_done else runner.run
-    if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
-        summary = run(on_trial=lambda ev: out.print(
-            f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}",
-            highlight=False), limit=limit)
-        _print_summary(summary)
-        return
-    columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[best]}"), TextColumn("{task.fields[last]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=out, transient=False) as progress:
-        task = progress.add_task("study", total=plan.trials, completed=plan.trials - remaining,
-                                 best="best: -", last="")
-        summary = run(on_trial=lambda ev: progress.update(
-            task, completed=ev.done, best=_best_text(ev), last=_last_text(ev)), limit=limit)
-    _print_summary(summary)
-
-
-def _print_fit(fit: Any) -> None:
-    """One line when the space is fitted to the workload (`best` lists each change)."""
-    from autotune.results.fitted import summary_text
-
-    out.print(literal(summary_text(fit)) + ("; `autotune best` says why" if fit.changes
-                                            else ""), highlight=False)
-
-
-def _print_summary(summary: Any) -> None:
-    """Say what was not launched: repeated proposals answered from records, an early stop."""
-    if summary.reused:
-        out.print(f"{summary.reused} proposals repeated a configuration already measured "
-                  "(same effective flags): their results were reused, not re-measured",
-                  highlight=False)
-    if summary.stopped:
-        out.print(f"stopped early: {literal(summary.stopped)}", highlight=False)
-
-
-def _best_text(ev: Any) -> str:
-    return f"best: ×{ev.best_speedup:.3f}" if ev.best_speedup else "best: -"
-
-
-def _last_text(ev: Any) -> str:
-    shown = f"×{ev.speedup:.3f}" if ev.speedup else ev.outcome.kind.value
-    return f"last: #{ev.number} {ev.role.value} {shown}"

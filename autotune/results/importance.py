@@ -32,8 +32,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune._optuna import rdb_storage
-from autotune.errors import StudyNotFoundError
 from autotune.records import Measurement, Role, RunRecord
 from autotune.results.shrink import Shrink
 
@@ -78,27 +76,6 @@ class FlagEffect:
     values_tried: int
     trials: int
     above_noise: bool
-
-
-def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
-    """Every Optuna trial of `study_name` in the database at `storage_url`.
-
-    Raises:
-        StudyNotFoundError: Optuna holds no study of that name.
-    """
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        study = optuna.load_study(study_name=study_name,
-                                  storage=rdb_storage(storage_url, create=False))
-    except (KeyError, SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:
-        # no such study, or no Optuna tables at all (reading never creates them)
-        raise StudyNotFoundError(
-            f"study {study_name!r} has no Optuna trials in the database yet; "
-            "start it with `autotune study --name NAME ...`"
-        ) from error
-    return study.get_trials(deepcopy=False)
 
 
 def compared_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:

@@ -216,7 +216,7 @@ class Space:
         In the order of the units (file order); inactive units are left out,
         so no two entries give the same configuration. It builds all `size()`
         points in memory: call it only when `size()` is not None (a continuous
-        float range has no grid) and small (see `autotune.search.GRID_LIMIT`).
+        float range has no grid) and small (see `autotune.study.samplers.GRID_LIMIT`).
 
         Raises:
             ValueError: a param is a continuous float range.

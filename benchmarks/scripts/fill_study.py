@@ -78,7 +78,7 @@ from autotune.spaces import load_space
 from autotune.spaces.params import Param
 from autotune.spaces.space import Space
 from autotune.storage.store import Store
-from autotune.study import StudyPlan
+from autotune.study.plan import StudyPlan
 from autotune.workloads import resolve_benchmark
 
 HOST = "bench-node-1"

@@ -73,7 +73,8 @@ def one_answer(job: tuple[str, str, int, int]) -> tuple[bool, float]:
     from autotune.replay import TableLauncher
     from autotune.results.ranking import recommend
     from autotune.storage.store import Store
-    from autotune.study import StudyPlan, StudyRunner
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
     from autotune.workloads import resolve_benchmark
 
     path, variant, seed, budget = job

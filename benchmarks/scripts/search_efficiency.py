@@ -4,7 +4,7 @@
     python benchmarks/scripts/search_efficiency.py --report-seeds 1000-1009 --samplers random,auto
     python benchmarks/scripts/search_efficiency.py --samplers '' --startup-candidates 4,8,10
 
-Each run is a real `autotune.study.StudyRunner` study (baseline first, the
+Each run is a real `autotune.study.runner.StudyRunner` study (baseline first, the
 sampler, the no-repeat rule, pruning) whose trials are answered by
 `TableLauncher` from a table recorded on a real machine (`benchmarks/tables/`,
 see `record_table.py`), each answer drawn from the recorded repeats. After
@@ -23,7 +23,7 @@ how flat the table is (the share of configurations within 1% and 2% of the
 best): "reached within 2%" means little where most configurations are.
 
 Held-out seeds. Settings chosen from data are chosen on `--choose-seeds`
-(default 0-19: `TPE_STARTUP` in `autotune/search.py` was chosen on them; `auto`
+(default 0-19: `TPE_STARTUP` in `autotune/study/samplers.py` was chosen on them; `auto`
 picks by a rule on the space's size, not from data), and every printed figure
 is computed on `--report-seeds` (default 1000-1099), which must be disjoint
 from them. `--startup-candidates 2,4,8` redoes the startup choice on the choose
@@ -170,7 +170,8 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
 
     from autotune.replay import TableLauncher
     from autotune.storage.store import Store
-    from autotune.study import StudyPlan, StudyRunner
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
     from autotune.workloads import resolve_benchmark
 
     plan = StudyPlan(name=f"{sampler}-{seed}", space_name=space.name, space=space,
@@ -229,17 +230,17 @@ def _loaded(path: str) -> tuple[Any, Any, Any]:
 def _trace_job(job: tuple[str, str, int, int, int | None, str]) -> Trace:
     """One study of a job (table path, sampler, seed, timed processes, TPE startup or
     None, rule)."""
-    import autotune.search
+    import autotune.study.samplers
 
     path, sampler, seed, timed, startup, rule = job
     table, space, catalog = _loaded(path)
-    shipped = autotune.search.TPE_STARTUP
+    shipped = autotune.study.samplers.TPE_STARTUP
     if startup is not None:
-        autotune.search.TPE_STARTUP = startup  # read when the sampler is made
+        autotune.study.samplers.TPE_STARTUP = startup  # read when the sampler is made
     try:
         return run_study(table, space, sampler, seed, timed, catalog, rule=rule)
     finally:
-        autotune.search.TPE_STARTUP = shipped
+        autotune.study.samplers.TPE_STARTUP = shipped
 
 
 class Runner:
@@ -302,7 +303,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     device-seconds spent by then. Printed unless `quiet`; returned as a JSON-ready
     mapping (keys `table`, `best`, `structure`, `results`: one entry per sampler and
     rule with `sampler`, `rule`, `within`, `device_seconds`)."""
-    from autotune.search import Objective, choose_sampler
+    from autotune.study.samplers import Objective, choose_sampler
 
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = _loaded(str(path))
@@ -357,7 +358,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
 def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], trials: int,
                    runner: Runner) -> int:
     """TPE with each startup count on the choose seeds; the pick and why, printed."""
-    from autotune.search import TPE_STARTUP
+    from autotune.study.samplers import TPE_STARTUP
 
     print(f"choosing TPE's startup trials on the {len(seeds)} choose seeds "
           f"{seeds_text(seeds)} (median over them)")
@@ -372,8 +373,8 @@ def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], t
                                       for f in (("to", 0.02), ("to", 0.01), ("at", 20))))
             print(_row(str(count), traces, best) + f"  {path.name}", flush=True)
     pick = min(candidates, key=lambda c: (*map(sum, zip(*score[c], strict=True)), c))
-    agrees = ("the value autotune/search.py ships" if pick == TPE_STARTUP
-              else f"autotune/search.py ships TPE_STARTUP = {TPE_STARTUP}")
+    agrees = ("the value autotune/study/samplers.py ships" if pick == TPE_STARTUP
+              else f"autotune/study/samplers.py ships TPE_STARTUP = {TPE_STARTUP}")
     print(f"pick: {pick} (fewest median trials to within 2%, summed over the tables, "
           f"'never' counting {trials + 1}; ties: to within 1%, then the ratio at 20, then the "
           f"smaller count): {agrees}")
@@ -469,12 +470,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(rules) - set(RULES))
     if unknown:
         parser.error(f"unknown rule(s) {', '.join(unknown)}: choose from {', '.join(RULES)}")
-    from autotune.search import TPE_STARTUP
+    from autotune.study.samplers import TPE_STARTUP
 
     if not args.json:
         print(f"seeds: settings chosen on the {len(args.choose_seeds)} choose seeds "
               f"{seeds_text(args.choose_seeds)} (TPE_STARTUP = {TPE_STARTUP} in "
-              "autotune/search.py, BACKED_BY in autotune/results/evidence.py); every figure "
+              "autotune/study/samplers.py, BACKED_BY in autotune/results/evidence.py); "
+              "every figure "
               f"is over the {len(args.report_seeds)} report seeds "
               f"{seeds_text(args.report_seeds)}, disjoint from them; {args.trials} timed "
               "processes per study", flush=True)

@@ -3,7 +3,7 @@
     AUTOTUNE_TEST_POSTGRES_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test \\
         python benchmarks/scripts/workers_throughput.py --workers 4 --trials 400
 
-Each worker is its own process running a real `autotune.study.StudyRunner` (claims,
+Each worker is its own process running a real `autotune.study.runner.StudyRunner` (claims,
 Optuna's RDB storage with heartbeats, the sampler, racing, the fitted space) on one
 study in a schema of its own in the PostgreSQL at `--storage` (default the test URL),
 exactly as `autotune worker` does (the space searched whole, not fitted, on the grid by
@@ -65,7 +65,7 @@ def _drop(base: str, schema: str) -> None:
 def _plan(table_path: str, trials: int, sampler: str = "grid"):
     from autotune.replay import ReplayTable
     from autotune.spaces import load_space
-    from autotune.study import StudyPlan
+    from autotune.study.plan import StudyPlan
     from autotune.workloads import resolve_benchmark
 
     table = ReplayTable.load(table_path)
@@ -81,7 +81,7 @@ def _worker(url: str, table_path: str, trials: int, seed: int, device_s: float,
     from autotune.flags.catalog import load_catalog
     from autotune.replay import TableLauncher
     from autotune.storage.store import Store
-    from autotune.study import StudyRunner
+    from autotune.study.runner import StudyRunner
 
     table, plan = _plan(table_path, trials, sampler)
 
@@ -102,7 +102,7 @@ def _measure(base: str, table_path: str, trials: int, workers: int, device_s: fl
     from sqlalchemy import create_engine, text
 
     from autotune.storage.store import Store
-    from autotune.study import StudyRunner
+    from autotune.study.runner import StudyRunner
 
     schema, url = _schema_url(base)
     try:

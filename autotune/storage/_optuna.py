@@ -1,4 +1,5 @@
-"""Small pieces of Optuna plumbing for the ask/tell loop of `autotune.study`.
+"""Small pieces of Optuna plumbing: its storage opened on autotune's database, its trials
+read back, and the ask/tell loop's helpers for `autotune.study`.
 
 Optuna is imported inside the functions: importing this module stays cheap.
 """
@@ -10,10 +11,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from autotune._proc import deferred_interrupt
+from autotune.errors import StudyNotFoundError
 from autotune.records import SQLITE_TIMEOUT_S, Role, sqlite_file
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
 
 #: How often opening Optuna's storage is retried while another process creates its tables.
@@ -180,3 +183,24 @@ def has_role(study: optuna.Study, role: Role) -> bool:
     return any(t.user_attrs.get("role") == role.value
                and outcome_of(t) not in SET_ASIDE
                for t in study.get_trials(deepcopy=False))
+
+
+def load_trials(storage_url: str, study_name: str) -> list[FrozenTrial]:
+    """Every Optuna trial of `study_name` in the database at `storage_url`.
+
+    Raises:
+        StudyNotFoundError: Optuna holds no study of that name.
+    """
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        study = optuna.load_study(study_name=study_name,
+                                  storage=rdb_storage(storage_url, create=False))
+    except (KeyError, SQLAlchemyError, optuna.exceptions.StorageInternalError) as error:
+        # no such study, or no Optuna tables at all (reading never creates them)
+        raise StudyNotFoundError(
+            f"study {study_name!r} has no Optuna trials in the database yet; "
+            "start it with `autotune study --name NAME ...`"
+        ) from error
+    return study.get_trials(deepcopy=False)

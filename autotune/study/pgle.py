@@ -19,18 +19,19 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from autotune import pgle as rules
 from autotune._proc import raise_if_interrupted
+from autotune.errors import UsageError
+from autotune.flags.catalog import Catalog
+from autotune.flags.compose import split_per_compile
 from autotune.launcher import Launcher, PgleSpec, TrialRequest
-from autotune.records import FlagValue, Role, TrialOutcome
-from autotune.trials import RequestSettings, TrialJudge
-from autotune.workloads import WorkloadInfo
-
-if TYPE_CHECKING:
-    from autotune.flags.catalog import Catalog
-    from autotune.records import ArtifactRecord
-    from autotune.study import StudyPlan, StudyRunner
+from autotune.records import ArtifactRecord, FlagValue, Role, TrialOutcome
+from autotune.results.pgle import pgle_runs, pgle_targets, profile_kind
+from autotune.study.context import StudyContext
+from autotune.study.plan import PgleEvent, StudyPlan
+from autotune.study.trials import RequestSettings, TrialJudge
+from autotune.workloads import WorkloadInfo, list_benchmarks
 
 #: Called after each run: (runs done, runs planned, the run's outcome).
 Progress = Callable[[int, int, TrialOutcome], None]
@@ -68,8 +69,6 @@ def model_identity(info: WorkloadInfo, preset: str, devices: int,
     """`name/preset/N devices/sha256:...`: the workload file's content (or the command's
     words) with its size preset and device count; a profile belongs to one of these. A
     built-in benchmark's siblings count too (scan-transformer builds on transformer)."""
-    from autotune.workloads import list_benchmarks
-
     digest = hashlib.sha256(info.path.read_bytes() if command is None
                             else "\0".join(command).encode())
     if command is None and info.path in {b.path for b in list_benchmarks()}:
@@ -92,9 +91,6 @@ def run_pgle(plan: PglePlan, catalog: Catalog, launcher: Launcher,
     judge = TrialJudge(plan.settings, catalog, lambda: [])
     request = replace(judge.request(plan.config), prune_ratio=None, prune_curve=None)
     if request.compiler_options is None:
-        from autotune.errors import UsageError
-        from autotune.flags.compose import split_per_compile
-
         _, outside = split_per_compile(plan.config, catalog)
         raise UsageError("PGLE times a configuration against itself in one process, through "
                          "per-compile options; these flags act only through the "
@@ -122,22 +118,10 @@ def _with_spec(request: TrialRequest, plan: PglePlan, collect: bool) -> TrialReq
 # --- PGLE in a study --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PgleEvent:
-    """Reported after each PGLE run of a study."""
-
-    trial_number: int
-    outcome: TrialOutcome
-    done: int
-    total: int
-
-
 def pgle_refusal(plan: StudyPlan) -> str | None:
     """Why a study's PGLE phase cannot run, or None: PGLE trials are PAIRED and one
     process (a profile is written where the parent reads it)."""
-    from autotune.records import MeasureMode
-
-    if plan.mode is not MeasureMode.PAIRED:
+    if not plan.paired:
         return "PGLE needs --mode paired: a profile is timed against its configuration in " \
                "one process"
     if plan.launcher is not None:
@@ -145,7 +129,7 @@ def pgle_refusal(plan: StudyPlan) -> str | None:
     return None
 
 
-def study_pgle(runner: StudyRunner, top: int, repeats: int,
+def study_pgle(ctx: StudyContext, top: int, repeats: int,
                on_run: Callable[[PgleEvent], None] | None = None,
                ) -> list[tuple[int, dict[str, FlagValue]]]:
     """The PGLE phase of a study: the best `top` configurations
@@ -161,72 +145,61 @@ def study_pgle(runner: StudyRunner, top: int, repeats: int,
     the configurations measured ([] where `pgle_refusal` says why not, or a
     configuration that must be timed in DIRECT mode, which is left out).
     """
-    from autotune.results.pgle import pgle_targets
-
-    plan = runner.plan
+    plan = ctx.plan
     if pgle_refusal(plan) is not None or top < 1:
         return []
-    runs = runner.store.runs(plan.name, env_key=runner.env_key)
-    targets = [(n, f) for n, f in pgle_targets(runs, plan.objectives, plan.memory_budget_bytes,
-                                               runner.judge.catalog, top)
-               if runner.judge.request(f).compiler_options is not None]
+    targets = [(n, f) for n, f in pgle_targets(ctx.runs(), plan.objectives,
+                                               plan.memory_budget_bytes, ctx.judge.catalog, top)
+               if ctx.judge.request(f).compiler_options is not None]
     model = model_identity(plan.workload, plan.preset, plan.devices, plan.command)
     with tempfile.TemporaryDirectory(prefix="autotune-pgle-") as folder:
         for number, flags in targets:
-            _study_target(runner, number, flags, repeats, model, Path(folder), on_run)
+            _study_target(ctx, number, flags, repeats, model, Path(folder), on_run)
     return targets
 
 
-def _study_target(runner: StudyRunner, number: int, flags: Mapping[str, FlagValue],
+def _study_target(ctx: StudyContext, number: int, flags: Mapping[str, FlagValue],
                   repeats: int, model: str, folder: Path,
                   on_run: Callable[[PgleEvent], None] | None) -> None:
     """The PGLE runs of one configuration still to make (see `study_pgle`)."""
-    from autotune.results.pgle import pgle_runs, profile_kind
-
-    plan, store = runner.plan, runner.store
     kind = profile_kind(flags)
     profile = folder / f"trial-{number}-{kind.split(':')[1]}" / "profile.pbtxt"
     while True:
         raise_if_interrupted()
-        made = len(pgle_runs(store.runs(plan.name, roles=[Role.PGLE], env_key=runner.env_key),
-                             number, flags))
-        stored = store.artifact(plan.name, number, runner.env_key, kind)
+        made = len(pgle_runs(ctx.runs([Role.PGLE]), number, flags))
+        stored = ctx.store.artifact(ctx.name, number, ctx.env_key, kind)
         collect = stored is None
         if stored is not None:
             if made >= repeats:
                 return
             _write_stored(stored, profile)
         spec = PgleSpec(mode="manual", profile=str(profile), collect=collect, model=model)
-        request = replace(runner.judge.request(flags), pgle=spec, prune_ratio=None,
+        request = replace(ctx.judge.request(flags), pgle=spec, prune_ratio=None,
                           prune_curve=None, known_programs={})
-        outcome = runner.claimed_run(
+        _, run = ctx.claimed_run(
             f"pgle:{number}:{kind.split(':')[1]}:{made}", Role.PGLE, flags, number, request,
-            before_record=_storing(runner, number, kind, profile) if collect else None)
-        if outcome is None:
+            before_record=_storing(ctx, number, kind, profile) if collect else None)
+        if run is None:
             return  # another process measures this configuration now
         if on_run:
-            on_run(PgleEvent(number, outcome, made + 1, repeats))
-        if collect and not outcome.ok:
+            on_run(PgleEvent(number, run.outcome, made + 1, repeats))
+        if collect and not run.outcome.ok:
             return  # no profile: nothing to time against until it is collected again
 
 
-def _storing(runner: StudyRunner, number: int, kind: str,
+def _storing(ctx: StudyContext, number: int, kind: str,
              profile: Path) -> Callable[[TrialOutcome], None]:
     """What a collecting run does before its run is stored: store the profile it wrote
     (and its record) as an artifact of trial `number`, where it succeeded."""
-    from autotune import pgle as rules
-
     def store(outcome: TrialOutcome) -> None:
         if outcome.ok:
             costs, meta = rules.read_profile(str(profile))
-            runner.store.put_artifact(runner.plan.name, number, runner.env_key, kind,
-                                      rules.render_pbtxt(costs), json.loads(meta.to_json()))
+            ctx.store.put_artifact(ctx.name, number, ctx.env_key, kind,
+                                   rules.render_pbtxt(costs), json.loads(meta.to_json()))
     return store
 
 
 def _write_stored(found: ArtifactRecord, path: Path) -> None:
     """Write a stored profile and its record to `path`, as the child reads them."""
-    from autotune import pgle as rules
-
     rules.write_profile(str(path), rules.parse_pbtxt(found.content),
                         rules.ProfileMeta.from_json(json.dumps(dict(found.meta))))

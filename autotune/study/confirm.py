@@ -1,0 +1,60 @@
+"""The confirmation phase: the best configurations re-measured in fresh processes.
+
+The best of many noisy trials is usually lucky. After the search, the `top`
+best configurations (`autotune.results.ranking.ranked`, those that
+`needs_confirmation`) are measured again, round by round: round r measures
+every target once (in DIRECT mode after one baseline process), so drift hits
+all of them alike. Each run is a claim (`confirm:TRIAL:ROUND`), so processes
+of a study share the rounds and re-running continues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from autotune._proc import raise_if_interrupted
+from autotune.records import FlagValue, Role, RunRecord
+from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
+from autotune.results.ranking import ranked
+from autotune.study.context import StudyContext
+from autotune.study.plan import ConfirmEvent
+from autotune.study.reap import wait_for_search
+
+
+def confirm(ctx: StudyContext, top: int, repeats: int,
+            on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
+    """Re-measure the `top` best configurations `repeats` times each, interleaved.
+
+    Waits first for other processes' search trials, so every process confirms
+    the same leaders. Configurations over the memory budget are not
+    candidates. Runs already made (an interrupted confirmation) count.
+    Returns the configurations confirmed (their search runs).
+    """
+    wait_for_search(ctx)
+    runs = ctx.runs()
+    targets = [r for r in ranked(runs, ctx.plan.memory_budget_bytes)
+               if needs_confirmation(r)][:top]
+    pending = _rounds(ctx, runs, targets, repeats)
+    for done, (number, flags, round_) in enumerate(pending, start=1):
+        raise_if_interrupted()
+        _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, flags, number,
+                                 ctx.judge.request(flags))
+        if on_run and run is not None:
+            on_run(ConfirmEvent(number, run.outcome, done, len(pending)))
+    return targets
+
+
+def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],
+            repeats: int) -> list[tuple[int, Mapping[str, FlagValue], int]]:
+    """(trial number, flags, round) of each run still to make, round by round."""
+    base = baseline_trial(runs)
+    direct = any(ctx.judge.request(t.flags).compiler_options is None for t in targets)
+    plan: list[tuple[int, Mapping[str, FlagValue], int]] = []
+    for round_ in range(repeats):
+        if direct and base is not None and len(confirm_runs(runs, base)) <= round_:
+            plan.append((base, {}, round_))
+        for target in targets:
+            assert target.trial_number is not None
+            if len(confirm_runs(runs, target.trial_number)) <= round_:
+                plan.append((target.trial_number, target.flags, round_))
+    return plan

@@ -1,0 +1,294 @@
+"""The search phase: Optuna proposes, the study measures each new configuration once.
+
+One step asks Optuna for a configuration (the baseline and the recommended
+configuration are queued first, then grid points or the sampler's
+proposals), answers a proposal whose effective flags were measured already
+with the recorded result (`autotune.study.measured`), and otherwise measures
+it as one claimed run (`StudyContext.claimed_run`) that counts toward
+`--trials`. A search trial carries the prune limits of what was measured so
+far (`autotune.stopping`) and, in PAIRED mode, the programs already timed on
+this host (compile before timing). With a memory budget, a configuration
+above it is infeasible through Optuna's constraints (`trial.set_constraint`),
+and the `feasible` user attribute says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import optuna
+from optuna.trial import FixedTrial, TrialState
+
+from autotune._proc import deferred_interrupt
+from autotune.flags.compose import config_key, effective_config
+from autotune.launcher import TrialRequest
+from autotune.records import (
+    ClaimState,
+    ClaimVerdict,
+    FlagValue,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    TrialOutcome,
+)
+from autotune.results.evidence import incumbent, pooled
+from autotune.results.ranking import peak_memory, within_budget
+from autotune.spaces import Space
+from autotune.stopping import prune_curve, prune_limit, running_ratios
+from autotune.storage._optuna import (
+    beating,
+    fail_open_trial,
+    has_role,
+    quiet_experimental,
+    set_aside,
+    trials_in,
+)
+from autotune.study.context import Settle, StudyContext
+from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_values
+from autotune.study.plan import BASELINE_KEY, TrialEvent
+from autotune.study.reap import owner_text
+from autotune.study.samplers import SamplerChoice, grid_order
+
+
+@dataclass
+class StudyView:
+    """One look at the database: this environment's measured configurations (with the
+    keys other processes measure now in `index.in_flight`), what `--trials` counts, and
+    every run of this environment (the evidence racing reads)."""
+
+    index: MeasuredIndex
+    held: int
+    runs: list[RunRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, ctx: StudyContext) -> StudyView:
+        """What the database says now: this environment's runs and running claims."""
+        runs = ctx.runs()
+        running = ctx.store.claims(ctx.name, [ClaimState.RUNNING], env_key=ctx.env_key)
+        index = MeasuredIndex.of(runs, ctx.judge.catalog)
+        index.in_flight = {c.key for c in running}
+        return cls(index, ctx.store.held(ctx.name, BUDGET_ROLES), runs)
+
+    def baseline_elsewhere(self) -> bool:
+        """Whether another process is measuring this environment's baseline right now."""
+        return not self.index.baseline_ok() and BASELINE_KEY in self.index.in_flight
+
+
+class Search:
+    """The ask/tell search of one study in one process (see the module docstring).
+
+    Args:
+        ctx: the study in this process.
+        choice: the sampler in use (a grid is walked in its seeded order).
+        space: the space sampled from (`adopt` replaces it once the fit is known).
+    """
+
+    def __init__(self, ctx: StudyContext, choice: SamplerChoice, space: Space) -> None:
+        self.ctx = ctx
+        self.choice = choice
+        self.space = space
+        self._grid: list[tuple[dict[str, Any], str]] | None = None
+        #: run id -> its `stopping.running_ratios`, for the median prune curve
+        self._running: dict[int, list[float]] = {}
+
+    def adopt(self, space: Space) -> None:
+        """Sample from `space` from now on (the space fitted to the workload)."""
+        self.space, self._grid = space, None
+
+    def step(self, study: optuna.Study, view: StudyView) -> tuple[str, RunRecord | None]:
+        """Ask for one configuration and measure it unless it is measured or claimed already.
+
+        Returns ("launched", run), ("reused", None), ("exhausted", None) when a
+        grid has nothing left, ("wait", None) when a proposal came before the
+        baseline or the fit (`_too_early`), or (verdict, None) when the claim was
+        refused. A stop signal anywhere fails the Optuna trial and re-raises.
+        """
+        trial: optuna.Trial | None = None
+        try:
+            with deferred_interrupt():  # a trial is created whole, or not at all
+                if not self._enqueue_next(study, view):
+                    return "exhausted", None
+                with quiet_experimental():
+                    trial = study.ask()
+                trial.set_user_attr("owner", owner_text(self.ctx.owner))
+                if self._too_early(trial, view):
+                    set_aside(study, trial, "not_needed")
+                    return "wait", None
+            return self._measure(study, trial, view)
+        except BaseException:  # never leave the trial RUNNING
+            with deferred_interrupt():
+                if trial is not None:
+                    fail_open_trial(study, trial)
+            raise
+
+    def _measure(self, study: optuna.Study, trial: optuna.Trial,
+                 view: StudyView) -> tuple[str, RunRecord | None]:
+        """Answer `trial` from the records, or measure it as one claimed run and tell it."""
+        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
+        config = {} if role is Role.BASELINE else self.space.sample(trial)
+        prior = view.index.get(config) if role is not Role.BASELINE else None
+        if prior is not None:
+            with deferred_interrupt():
+                self.tell(study, trial, prior, role, reused=True)
+            return "reused", None
+        verdict, run = self.ctx.claimed_run(
+            view.index.key(config), role, config, trial.number,
+            self.request(role, config, view.index), budget=True,
+            settle=self._settle(view.index), around=beating(study, trial),
+            after_record=lambda run: self.tell(study, trial, run, role, reused=False),
+            retry=role is Role.BASELINE)  # a failed baseline leaves its claim open to a retry
+        if run is None:
+            with deferred_interrupt():
+                set_aside(study, trial, "not_needed" if verdict is ClaimVerdict.FULL
+                          else "duplicate")
+            return verdict, None
+        return "launched", run
+
+    def request(self, role: Role, config: dict[str, FlagValue],
+                index: MeasuredIndex) -> TrialRequest:
+        """The request of a search-phase trial: the baseline is always timed (it is the
+        reference); a search trial carries the prune limits, every other the memory budget
+        and, in PAIRED mode, the programs already timed here."""
+        request = self.ctx.judge.request(config)
+        if role is Role.SEARCH:
+            request = replace(request, prune_ratio=self._prune_ratio(index),
+                              prune_curve=self._prune_curve(index))
+        if role is not Role.BASELINE:
+            request = replace(request, memory_budget_bytes=self.ctx.plan.memory_budget_bytes)
+        if role is not Role.BASELINE and request.compiler_options is not None:
+            request = replace(request, known_programs=index.known_programs())
+        return request
+
+    def _settle(self, index: MeasuredIndex) -> Settle:
+        """The outcome as stored: judged, with its ratio, or the ratio of the trial that
+        timed the same program where this child timed nothing."""
+        judge = self.ctx.judge
+
+        def settle(outcome: TrialOutcome) -> tuple[TrialOutcome, float | None]:
+            outcome = judge.guard(outcome)
+            ratio = judge.ratio(outcome)
+            if ratio is None and (prior := _measured_by(outcome, index)) is not None:
+                outcome, ratio = _carried(outcome, prior), prior.ratio
+            return outcome, ratio
+        return settle
+
+    def _too_early(self, trial: optuna.Trial, view: StudyView) -> bool:
+        """Whether `trial` is a new proposal (no queued role) asked before this environment's
+        baseline is measured: another process took the queued baseline between this one's
+        `_enqueue_next` and its `ask`. Nothing may be sampled before the baseline, and so
+        before the fit that follows it (Optuna keeps the first distributions of a param)."""
+        return "role" not in trial.user_attrs and not view.index.baseline_ok()
+
+    def _enqueue_next(self, study: optuna.Study, view: StudyView) -> bool:
+        """Queue the baseline, the recommended configuration, or the next grid point.
+
+        Returns False when a grid study has no configuration left to measure
+        (all measured, or claimed by other processes).
+        """
+        index = view.index
+        with quiet_experimental():
+            optuna.storages.fail_stale_trials(study)  # a killed process's: failed, queued again
+        if trials_in(study, "WAITING"):
+            return True
+        if not index.baseline_ok():
+            study.enqueue_trial({}, user_attrs={"role": Role.BASELINE.value})
+            return True
+        rec = self.space.recommended_params()
+        if rec is not None and not has_role(study, Role.RECOMMENDED):
+            study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
+            return True
+        if not self.choice.is_grid:
+            return True
+        point = next((params for params, key in self._grid_points()
+                      if key not in index.runs and key not in index.in_flight), None)
+        if point is not None:
+            study.enqueue_trial(point, user_attrs={"role": Role.SEARCH.value})
+        return point is not None
+
+    def _grid_points(self) -> list[tuple[dict[str, Any], str]]:
+        """The grid in its seeded order, each point with its effective-configuration key."""
+        if self._grid is None:
+            space, catalog = self.space, self.ctx.judge.catalog
+            self._grid = [(p, config_key(effective_config(space.sample(FixedTrial(p)), catalog)))
+                          for p in grid_order(space, self.ctx.plan.seed)]
+        return self._grid
+
+    def _prune_ratio(self, index: MeasuredIndex) -> float | None:
+        """Stop a search trial once it is `prune_margin` times slower than the best so far.
+
+        See `autotune.stopping.prune_limit` for when no limit is set.
+        """
+        plan = self.ctx.plan
+        return prune_limit(plan.prune_margin, index.best_ratio(plan.memory_budget_bytes),
+                           paired=plan.paired, time_only=plan.time_only)
+
+    def _prune_curve(self, index: MeasuredIndex) -> tuple[float | None, ...] | None:
+        """Also stop a search trial once it is slower than the other trials' median so far.
+
+        The curve (`autotune.stopping.prune_curve`) is built from this
+        environment's search and recommended runs (the index holds one
+        environment's) that timed PAIRED steps, ok or pruned: a pruned run's
+        steps count for the pairs it reached. None (no median rule) under the
+        conditions of `_prune_ratio`, or while too few trials were timed.
+        """
+        for run in index.runs.values():  # a stored run never changes: its ratios are kept
+            m = run.outcome.measurement
+            if (run.id not in self._running and run.role in (Role.SEARCH, Role.RECOMMENDED)
+                    and run.outcome.kind in (OutcomeKind.OK, OutcomeKind.PRUNED)
+                    and m is not None and m.mode is MeasureMode.PAIRED
+                    and m.baseline_step_times_s):
+                self._running[run.id] = running_ratios(m.step_times_s, m.baseline_step_times_s)
+        ratios = (self._running[r.id] for r in index.runs.values() if r.id in self._running)
+        plan = self.ctx.plan
+        curve = prune_curve(plan.prune_margin, ratios, paired=plan.paired,
+                            time_only=plan.time_only)
+        return None if curve is None else tuple(curve)
+
+    def tell(self, study: optuna.Study, trial: optuna.Trial, run: RunRecord, role: Role,
+             reused: bool) -> None:
+        """Tell Optuna the run's objective values (and feasibility), or its failure."""
+        trial.set_user_attr("role", role.value)
+        trial.set_user_attr("outcome", run.outcome.kind.value)
+        trial.set_user_attr("reused_run_id" if reused else "run_id", run.id)
+        if run.outcome.message:
+            trial.set_user_attr("message", run.outcome.message[:500])
+        plan = self.ctx.plan
+        values = objective_values(run, [o.value for o in plan.objectives])
+        if values is None:
+            pruned = run.outcome.kind is OutcomeKind.PRUNED
+            study.tell(trial, state=TrialState.PRUNED if pruned else TrialState.FAIL)
+            return
+        budget, peak = plan.memory_budget_bytes, peak_memory(run)
+        if budget is not None and peak is not None:
+            trial.set_constraint("memory_budget", float(peak - budget))
+            trial.set_user_attr("feasible", peak <= budget)
+        study.tell(trial, values)
+
+    def event(self, run: RunRecord, view: StudyView) -> TrialEvent:
+        """The progress event of a run this process launched (`view` from before it)."""
+        view.index.add(run)
+        plan = self.ctx.plan
+        budget = plan.memory_budget_bytes
+        backed = incumbent(pooled([*view.runs, run], lambda r: within_budget(r, budget)))
+        best = backed.ratio if backed is not None else view.index.best_ratio(budget)
+        assert run.trial_number is not None
+        return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
+                          1 / best if best else None, min(view.held + 1, plan.trials),
+                          plan.trials)
+
+
+def _measured_by(outcome: TrialOutcome, index: MeasuredIndex) -> RunRecord | None:
+    """The run that timed this outcome's program, when the child timed nothing itself."""
+    m = outcome.measurement
+    if not outcome.ok or m is None or m.same_program_as is None:
+        return None
+    return index.run_of_trial(m.same_program_as)
+
+
+def _carried(outcome: TrialOutcome, prior: RunRecord) -> TrialOutcome:
+    """`outcome` with the baseline program of `prior`, so "same program as baseline" holds."""
+    assert outcome.measurement is not None and prior.outcome.measurement is not None
+    base = prior.outcome.measurement.baseline_fingerprint
+    return replace(outcome, measurement=replace(outcome.measurement, baseline_fingerprint=base))

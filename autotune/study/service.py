@@ -1,0 +1,88 @@
+"""What every front end asks of a study: its runner, and the sequence after the search.
+
+The CLI (`autotune study`, `worker`, `confirm`) and the Python API
+(`autotune.Study.run`) all assemble the runner with `open_runner` and end
+the search with `finish`; they differ only in how they show progress, which
+reaches them through a `Watcher`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.launcher import SubprocessLauncher
+from autotune.records import Environment
+from autotune.results.shrink import Shrink
+from autotune.storage.store import Store
+from autotune.study.pgle import pgle_refusal
+from autotune.study.plan import ConfirmEvent, PgleEvent, ShrinkEvent, StudyPlan
+from autotune.study.runner import StudyRunner
+from autotune.study.samplers import Objective
+
+
+@dataclass(frozen=True)
+class AfterSearch:
+    """What a study does once its search is done (the recipe keeps it for workers).
+
+    Attributes:
+        confirm: re-measure the best K configurations (0: skip everything after).
+        confirm_repeats: fresh processes per confirmed configuration (and per
+            shrinking and PGLE measurement).
+        shrink: shrink the recommendation to the flags that matter.
+        pgle: measure the best K again with a PGLE profile each (0: off).
+    """
+
+    confirm: int = 3
+    confirm_repeats: int = 4
+    shrink: bool = True
+    pgle: int = 0
+
+
+class Watcher:
+    """Told what `finish` does, for progress displays; every method does nothing here."""
+
+    def confirming(self, top: int, repeats: int) -> None:
+        """Confirmation starts: the best `top`, `repeats` processes each."""
+
+    def confirmed(self, event: ConfirmEvent) -> None:
+        """One confirmation run is stored."""
+
+    def shrinking(self, event: ShrinkEvent) -> None:
+        """One run of shrinking is stored."""
+
+    def shrunk(self, state: Shrink | None) -> None:
+        """Shrinking ended (None: nothing to shrink in this process)."""
+
+    def pgle_skipped(self, why: str) -> None:
+        """The PGLE phase cannot run in this study, for this reason."""
+
+    def pgle_starting(self, top: int, repeats: int) -> None:
+        """The PGLE phase starts."""
+
+    def pgle_measured(self, event: PgleEvent) -> None:
+        """One PGLE run is stored."""
+
+
+def open_runner(plan: StudyPlan, store: Store, facts: Environment | None) -> StudyRunner:
+    """The runner of `plan` on `store` (its own database for Optuna's side), measuring in
+    fresh subprocesses in the environment `facts` (the preflight probe's)."""
+    return StudyRunner(plan, store, SubprocessLauncher(), store.url, facts=facts)
+
+
+def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None) -> None:
+    """After the search: confirm the best `after.confirm`, shrink the recommendation and run
+    the PGLE phase, as `after` asks (nothing for a study of memory alone)."""
+    watch = watcher or Watcher()
+    if not after.confirm or runner.plan.objectives == (Objective.MEMORY,):
+        return
+    watch.confirming(after.confirm, after.confirm_repeats)
+    runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed)
+    if after.shrink:
+        watch.shrunk(runner.shrink(after.confirm_repeats, on_run=watch.shrinking))
+    if not after.pgle:
+        return
+    if why := pgle_refusal(runner.plan):
+        watch.pgle_skipped(why)
+        return
+    watch.pgle_starting(after.pgle, after.confirm_repeats)
+    runner.pgle(after.pgle, after.confirm_repeats, on_run=watch.pgle_measured)
