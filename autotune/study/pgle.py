@@ -26,7 +26,7 @@ from autotune.errors import UsageError
 from autotune.flags.catalog import Catalog
 from autotune.flags.compose import split_per_compile
 from autotune.launcher import Launcher, PgleSpec, TrialRequest
-from autotune.records import ArtifactRecord, FlagValue, Role, TrialOutcome
+from autotune.records import ArtifactRecord, FlagValue, MeasureMode, Role, TrialOutcome
 from autotune.results.pgle import pgle_runs, pgle_targets, profile_kind
 from autotune.study.context import StudyContext
 from autotune.study.plan import PgleEvent, StudyPlan
@@ -121,7 +121,7 @@ def _with_spec(request: TrialRequest, plan: PglePlan, collect: bool) -> TrialReq
 def pgle_refusal(plan: StudyPlan) -> str | None:
     """Why a study's PGLE phase cannot run, or None: PGLE trials are PAIRED and one
     process (a profile is written where the parent reads it)."""
-    if not plan.paired:
+    if plan.mode is not MeasureMode.PAIRED:
         return "PGLE needs --mode paired: a profile is timed against its configuration in " \
                "one process"
     if plan.launcher is not None:

@@ -1,0 +1,47 @@
+"""Where the Python API keeps studies: the storage URL and the store opened for reading or
+writing (reading never writes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.errors import StudyNotFoundError
+
+if TYPE_CHECKING:
+    from autotune.storage.store import Store
+
+#: Where studies are kept unless told otherwise: ./autotune.db.
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a `sqlite:///FILE` URL (None for any other URL)."""
+    prefix = "sqlite:///"
+    return Path(url[len(prefix):]) if url.startswith(prefix) and url != prefix else None
+
+
+def require_database(url: str) -> None:
+    """A reader's SQLite file must exist (opening it would create an empty one).
+
+    Raises:
+        StudyNotFoundError: there is no such file.
+    """
+    file = sqlite_file(url)
+    if file is not None and not file.exists():
+        raise StudyNotFoundError(
+            f"no database at {file}: run `autotune study ...` first, or pass --storage URL")
+
+
+def open_store(url: str, must_exist: bool, write: bool = False) -> Store:
+    """Open the store. Reading never writes: only `write=True` creates or migrates tables.
+
+    For readers (`must_exist`) a missing SQLite file is an error, and a
+    database that is not autotune's or not at the code's schema revision is
+    refused with what to do (`Store.open(upgrade=False)`).
+    """
+    from autotune.storage.store import Store
+
+    if must_exist:
+        require_database(url)
+    return Store.open(url, upgrade=write)

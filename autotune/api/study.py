@@ -1,0 +1,190 @@
+"""`Study`: one study in a database, to create and run, or to read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.api.inputs import one_of
+from autotune.api.plan import PlannedStudy, plan_study
+from autotune.api.store import DEFAULT_STORAGE, open_store
+from autotune.errors import UsageError
+
+if TYPE_CHECKING:
+    from autotune.records import RunRecord, StudyRecord
+    from autotune.results.shrink import Shrink
+    from autotune.storage.store import Store
+    from autotune.study.plan import ConfirmEvent, RunSummary, ShrinkEvent, TrialEvent
+    from autotune.study.service import Watcher
+
+
+class Study:
+    """One study in a database: read it, or (made by `create`) run it.
+
+    `Study(name, storage)` opens an existing study for reading; its methods
+    never write. `Study.create(...)` plans a new study (or the continuation of
+    one: the same plan with more trials) that `run` measures.
+    """
+
+    def __init__(self, name: str, storage: str = DEFAULT_STORAGE,
+                 planned: PlannedStudy | None = None) -> None:
+        self.name = name
+        self.storage = storage
+        self.planned = planned
+
+    @classmethod
+    def create(cls, *, space: str, storage: str = DEFAULT_STORAGE,
+               **options: Any) -> Study:
+        """Plan a study (see `plan_study` for the options); nothing is measured yet."""
+        planned = plan_study(space=space, **options)
+        return cls(planned.plan.name, storage, planned)
+
+    def run(self, *, confirm: int = 3, confirm_repeats: int = 4, shrink: bool = True,
+            pgle: int = 0, on_trial: Callable[[TrialEvent], None] | None = None,
+            on_confirm: Callable[[ConfirmEvent], None] | None = None,
+            on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
+        """Measure the trials still to run, then confirm the best `confirm` configurations
+        `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
+        with `pgle` K, measure the best K again with a PGLE profile each
+        (`StudyRunner.pgle`), `confirm_repeats` processes each.
+
+        Raises:
+            UsageError: this Study was opened for reading (use `Study.create`).
+        """
+        from autotune.study.service import AfterSearch, finish, open_runner
+
+        if self.planned is None:
+            raise UsageError(f"study {self.name!r} was opened for reading; create it with "
+                             "Study.create(space=..., ...) to run trials")
+        store = open_store(self.storage, must_exist=False, write=True)
+        runner = open_runner(self.planned.plan, store, self.planned.report.environment)
+        runner.prepare()
+        summary = runner.run(on_trial=on_trial)
+        finish(runner, AfterSearch(confirm, confirm_repeats, shrink, pgle),
+               _callbacks(on_confirm, on_shrink))
+        return summary
+
+    def runs(self) -> list[RunRecord]:
+        """Every stored run of the study, in the order they were made."""
+        return self._read()[1]
+
+    def best(self, limit: int = 10) -> list[dict[str, Any]]:
+        """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.fitted import with_fit
+        from autotune.results.ranking import best_row_json, best_rows
+
+        record, runs = self._read()
+        rows = best_rows(runs, load_catalog(), limit=limit,
+                         memory_budget=record.memory_budget_bytes, objectives=record.objectives)
+        return with_fit([best_row_json(row) for row in rows], record)
+
+    def recommendation(self) -> dict[str, Any]:
+        """What autotune recommends: `{recommended, trial, reason}` (trial None: XLA's
+        defaults)."""
+        from autotune.results.ranking import recommend
+
+        record, runs = self._read()
+        rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+        return {"recommended": rec.recommended,
+                "trial": rec.run.trial_number if rec.run is not None else None,
+                "reason": rec.reason}
+
+    def shrunk(self) -> Shrink | None:
+        """The recommendation's shrinking as stored (None when nothing is recommended)."""
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.ranking import recommend
+        from autotune.results.shrink import shrink
+
+        record, runs = self._read()
+        rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+        return shrink(runs, rec.run, load_catalog()) if rec.run is not None else None
+
+    def export(self, path: str | Path | None = None, *, fmt: str = "yaml",
+               rank: int | None = None, trial: int | None = None) -> dict[str, Any]:
+        """The export document (see `autotune export`); written to `path` in `fmt` if given.
+
+        Raises:
+            ExportError: no such rank or trial, or nothing measured.
+            UsageError: an unknown format, or both `rank` and `trial`.
+        """
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.export import ExportFormat, export_document, write_export
+
+        form = ExportFormat(one_of(fmt, [f.value for f in ExportFormat], "export format"))
+        if rank is not None and trial is not None:
+            raise UsageError("give --rank or --trial, not both")
+        store = open_store(self.storage, must_exist=True)
+        record, runs = store.get_study(self.name), store.runs(self.name)
+        catalog = load_catalog()
+        document = export_document(record, runs, catalog, rank=rank, trial=trial)
+        if path is None:
+            return document
+        if profile := _write_profile(store, document, runs, Path(path)):
+            document = export_document(record, runs, catalog, rank=rank, trial=trial,
+                                       pgle_profile=str(profile))
+        write_export(document, Path(path), form)
+        return document
+
+    def _read(self) -> tuple[StudyRecord, list[RunRecord]]:
+        """The study's record and runs, from one read-only open of the store.
+
+        Raises:
+            StudyNotFoundError: no database, or no such study (naming the known ones).
+        """
+        store = open_store(self.storage, must_exist=True)
+        return store.get_study(self.name), store.runs(self.name)
+
+
+def _callbacks(on_confirm: Callable[[ConfirmEvent], None] | None,
+               on_shrink: Callable[[ShrinkEvent], None] | None) -> Watcher:
+    """A watcher of `finish` that passes confirmation and shrinking runs to the callbacks."""
+    from autotune.study.service import Watcher
+
+    class Callbacks(Watcher):
+        def confirmed(self, event: ConfirmEvent) -> None:
+            if on_confirm is not None:
+                on_confirm(event)
+
+        def shrinking(self, event: ShrinkEvent) -> None:
+            if on_shrink is not None:
+                on_shrink(event)
+
+    return Callbacks()
+
+
+def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunRecord],
+                   path: Path) -> Path | None:
+    """Write the PGLE profile the export keeps (`document["pgle"]["keep"]`) beside `path`
+    as `STEM.pgle.pbtxt` with its record; returns its absolute path (None: none kept).
+
+    Raises:
+        ExportError: the profile is not stored, unreadable, or cannot be written.
+    """
+    from autotune import pgle as rules
+    from autotune.errors import ExportError
+    from autotune.results.pgle import kept_profile_key, profile_kind
+    from autotune.results.ranking import main_runs
+
+    section = document.get("pgle")
+    if not section or not section.get("keep"):
+        return None
+    key = kept_profile_key(main_runs(runs), document["trial"], document["flags"])
+    found = None if key is None else store.artifact(document["study"], key[0], key[1],
+                                                     profile_kind(document["flags"]))
+    if found is None:
+        raise ExportError(f"study {document['study']!r} keeps a PGLE profile for these flags "
+                          "but does not hold it; run the study again with --pgle")
+    target = path.with_name(path.stem + ".pgle.pbtxt").resolve()
+    try:
+        rules.write_profile(str(target), rules.parse_pbtxt(found.content),
+                            rules.ProfileMeta.from_json(json.dumps(dict(found.meta))))
+    except ValueError as exc:
+        raise ExportError(f"the stored PGLE profile of study {document['study']!r} is not "
+                          f"readable ({exc}); run the study again with --pgle") from exc
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror}; choose another -o path") \
+            from exc
+    return target
