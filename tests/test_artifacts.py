@@ -13,11 +13,10 @@ from datetime import UTC, datetime
 
 import pytest
 from alembic import command
-from alembic.config import Config
+from migrations_util import alembic_config
 from sql_rows import rows, snapshot
 from sqlalchemy import create_engine, inspect, text
 
-from autotune._resources import data_dir
 from autotune.errors import StudyNotFoundError
 from autotune.records import ArtifactRecord
 from autotune.storage import Store
@@ -55,13 +54,6 @@ def _profile(size: int) -> str:
         total += len(line)
         i += 1
     return "".join(lines)[:size]
-
-
-def _alembic_config(url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(data_dir("alembic")))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
 
 
 def test_an_artifact_is_read_back_as_it_was_stored(store: Store) -> None:
@@ -199,7 +191,7 @@ def test_processes_storing_the_same_artifact_at_once_leave_one(store: Store, url
 
 
 def test_upgrade_from_0007_adds_the_table_and_downgrade_removes_it(url: str) -> None:
-    command.upgrade(_alembic_config(url), "0007")
+    command.upgrade(alembic_config(url), "0007")
     engine = create_engine(url)
     try:
         with engine.begin() as connection:
@@ -216,7 +208,7 @@ def test_upgrade_from_0007_adds_the_table_and_downgrade_removes_it(url: str) -> 
         store.put_artifact("old", 0, "env-a", PGLE, PROFILE, META)
         assert store.artifact("old", 0, "env-a", PGLE) is not None
 
-    command.downgrade(_alembic_config(url), "0007")
+    command.downgrade(alembic_config(url), "0007")
     engine = create_engine(url)
     try:
         assert "autotune_artifacts" not in inspect(engine).get_table_names()

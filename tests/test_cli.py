@@ -10,11 +10,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import outcomes
 import pytest
 import yaml
 from cli_runner import invoke
 
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.results.ranking import recommend
 from autotune.results.shrink import SHRINK_ROLES
 from autotune.storage import Store
@@ -107,10 +108,7 @@ def test_best_prints_ranked_table_with_baseline(finished_study):
 
 def paired(ratio: float) -> Measurement:
     """A PAIRED measurement whose candidate steps are `ratio` times the baseline's."""
-    base = (1.0e-3, 1.02e-3, 0.98e-3, 1.01e-3, 0.99e-3)
-    return Measurement(step_times_s=tuple(t * ratio for t in base), baseline_step_times_s=base,
-                       compile_time_s=0.1, mode=MeasureMode.PAIRED,
-                       fingerprint=f"cand{ratio}", baseline_fingerprint="base")
+    return outcomes.paired(ratio, fingerprint=f"cand{ratio}", baseline_fingerprint="base")
 
 
 def test_best_ranks_what_the_confirmation_upheld_above_a_lucky_search_trial(tmp_path):

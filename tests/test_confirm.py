@@ -6,12 +6,13 @@ import random
 from pathlib import Path
 
 import pytest
+from outcomes import paired_outcome
 from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.flags.catalog import load_catalog
 from autotune.launcher import TrialRequest
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.replay import ReplayLauncher, config_key
 from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
@@ -31,10 +32,9 @@ def paired(ratio: float, seed: int, same: bool = False, steps: int = 20) -> Tria
     scale = rng.choice([0.015, 0.03])  # per-process speed, as on these machines
     base = tuple(scale * rng.gauss(1.0, 0.03) for _ in range(steps))
     cand = tuple(scale * ratio * rng.gauss(1.0, 0.03) for _ in range(steps))
-    m = Measurement(step_times_s=cand, baseline_step_times_s=base, compile_time_s=1.0,
-                    mode=MeasureMode.PAIRED, fingerprint="a" if same else f"c{ratio}",
-                    baseline_fingerprint="a", backend="cpu", device_count=8)
-    return TrialOutcome(OutcomeKind.OK, "", m, duration_s=5.0, exit_code=0)
+    return paired_outcome(baseline=base, steps=cand, compile_time_s=1.0,
+                          fingerprint="a" if same else f"c{ratio}", baseline_fingerprint="a",
+                          backend="cpu", device_count=8, duration_s=5.0, exit_code=0)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import outcomes
 import pytest
 from cli_runner import invoke
 from starlette.testclient import TestClient
@@ -22,7 +23,6 @@ from autotune.dashboard.app import create_app, routes
 from autotune.records import (
     Environment,
     Measurement,
-    MeasureMode,
     OutcomeKind,
     Role,
     TrialOutcome,
@@ -36,12 +36,11 @@ HOST = Environment("host-a", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
 
 
 def paired(ratio: float, fingerprint: str, n: int = 6) -> Measurement:
-    base = tuple(1e-3 * (1 + 0.01 * i) for i in range(n))
-    return Measurement(step_times_s=tuple(t * ratio for t in base), baseline_step_times_s=base,
-                       compile_time_s=0.4, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
-                       baseline_fingerprint="base", peak_memory_bytes=66_000,
-                       memory_source="memory_analysis", hlo_stats={"all-reduce": 2, "fusion": 5},
-                       backend="cpu", device_kind="cpu", device_count=1)
+    return outcomes.paired(ratio, baseline=tuple(1e-3 * (1 + 0.01 * i) for i in range(n)),
+                           compile_time_s=0.4, fingerprint=fingerprint, baseline_fingerprint="base",
+                           peak_memory_bytes=66_000, memory_source="memory_analysis",
+                           hlo_stats={"all-reduce": 2, "fusion": 5}, backend="cpu",
+                           device_kind="cpu", device_count=1)
 
 
 def fill(store: Store, name: str, *, evil: bool = False) -> None:

@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 from alembic import command
-from alembic.config import Config
 from cli_runner import invoke
+from migrations_util import alembic_config
 from sqlalchemy import create_engine, text
 
-from autotune._resources import data_dir
 from autotune.flags import Catalog, FlagSpec
 from autotune.flags import _probe_runner as runner
 from autotune.flags.catalog import load_catalog
@@ -168,19 +167,12 @@ def test_a_real_probe_reports_this_machine_with_the_studys_device_count(
 # --- storage -----------------------------------------------------------------------------
 
 
-def _alembic_config(url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(data_dir("alembic")))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
-
-
 OLD = Environment("node-1", "3.11.7", "0.10.2", "0.10.2", "gpu", "NVIDIA H100 80GB HBM3", 8)
 
 
 def test_upgrade_from_0006_fingerprints_old_environments_and_tells_drivers_apart(
         url: str) -> None:
-    command.upgrade(_alembic_config(url), "0006")
+    command.upgrade(alembic_config(url), "0006")
     engine = create_engine(url)
     now = datetime.now(UTC).replace(tzinfo=None)
     with engine.begin() as conn:
@@ -216,7 +208,7 @@ def test_upgrade_from_0006_fingerprints_old_environments_and_tells_drivers_apart
         with engine.connect() as conn:
             assert conn.execute(text("SELECT COUNT(*) FROM autotune_environments")).scalar() == 2
         assert [r.environment for r in store.runs("old")] == [OLD, OLD, H100, H100]
-    command.downgrade(_alembic_config(url), "0006")  # the driver's row folds into the first
+    command.downgrade(alembic_config(url), "0006")  # the driver's row folds into the first
     with engine.connect() as conn:
         assert conn.execute(text("SELECT COUNT(*) FROM autotune_environments")).scalar() == 1
         assert conn.execute(text("SELECT COUNT(DISTINCT environment_id) FROM autotune_runs"

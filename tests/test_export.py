@@ -11,12 +11,13 @@ import json
 import subprocess
 from pathlib import Path
 
+import outcomes
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
 FAST = "xla_cpu_enable_fast_math"
@@ -31,10 +32,9 @@ VMODULE_VALUE = "a'b\"c $(touch pwned3) `touch pwned4`; ${HOME} \\ \n second lin
 
 def paired(ratio: float, fingerprint: str, steps: int = 6) -> Measurement:
     """Constant steps: a point interval at `ratio`, so the verdict is known exactly."""
-    return Measurement(step_times_s=(1e-3 * ratio,) * steps, baseline_step_times_s=(1e-3,) * steps,
-                       compile_time_s=0.5, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
-                       baseline_fingerprint="base", peak_memory_bytes=1 << 20,
-                       memory_source="memory_stats")
+    return outcomes.paired(ratio, baseline=(1e-3,) * steps, compile_time_s=0.5,
+                           fingerprint=fingerprint, baseline_fingerprint="base",
+                           peak_memory_bytes=1 << 20, memory_source="memory_stats")
 
 
 def ok(m: Measurement) -> TrialOutcome:

@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import optuna
+import outcomes
 import pytest
 import typer
 from optuna.distributions import CategoricalDistribution
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 
 from autotune.cli._common import friendly
 from autotune.cli.importance import importance
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.results.importance import (
     FlagEffect,
     compared_trials,
@@ -44,8 +45,7 @@ SPREAD = (-1, 0.5, 1, -0.5, 0, 0.8, -0.8, 0.2, -0.2, 0.3)
 def paired(spread: float, shift: int = 3) -> Measurement:
     """A PAIRED measurement whose candidate and baseline steps scatter by ±`spread`."""
     steps = tuple(1e-3 * (1 + spread * x) for x in SPREAD)
-    return Measurement(step_times_s=steps, baseline_step_times_s=steps[shift:] + steps[:shift],
-                       compile_time_s=0.1, mode=MeasureMode.PAIRED)
+    return outcomes.paired(steps=steps, baseline=steps[shift:] + steps[:shift])
 
 
 def ok(measurement: Measurement | None) -> TrialOutcome:
@@ -257,8 +257,7 @@ def two_valued(spread: float) -> Measurement:
     relative half-width is 2s / (1 - s²).
     """
     steps = tuple(1e-3 * (1 + spread * x) for x in (-1, 1, -1, 1, -1, 1, -1, 1, -1, 1))
-    return Measurement(step_times_s=steps, baseline_step_times_s=steps[1:] + steps[:1],
-                       compile_time_s=0.1, mode=MeasureMode.PAIRED)
+    return outcomes.paired(steps=steps, baseline=steps[1:] + steps[:1])
 
 
 def test_noise_level_is_the_median_relative_half_width_of_paired_runs(tmp_path):

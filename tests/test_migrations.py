@@ -20,9 +20,9 @@ from typing import Any
 import optuna
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from migrations_util import alembic_config
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
@@ -163,13 +163,6 @@ def head_revision() -> str:
     return head
 
 
-def _alembic_config(url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(data_dir("alembic")))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
-
-
 @contextmanager
 def _engine(url: str) -> Iterator[Engine]:
     engine = create_engine(url)
@@ -260,7 +253,7 @@ def _fill_optuna(url: str) -> None:
 
 def _build_at_0001(url: str) -> None:
     """autotune's tables at revision 0001 with ENVIRONMENTS, STUDIES and RUNS in them."""
-    command.upgrade(_alembic_config(url), "0001")
+    command.upgrade(alembic_config(url), "0001")
     with _engine(url) as engine:
         inspector = inspect(engine)
         for table, columns in COLUMNS_0001.items():

@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from outcomes import paired_outcome
 
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key
 from autotune.launcher import SubprocessLauncher, TrialRequest
 from autotune.records import (
     Environment,
-    Measurement,
-    MeasureMode,
     OutcomeKind,
     Role,
     RunRecord,
@@ -39,9 +38,9 @@ MEDIAN_WORDS = "the other trials' median after"
 
 def paired(ratio: float, pairs: int, kind: OutcomeKind = OutcomeKind.OK) -> TrialOutcome:
     """A PAIRED outcome whose candidate runs `ratio` times the baseline's 10 ms at every pair."""
-    m = Measurement(step_times_s=(0.01 * ratio,) * pairs, baseline_step_times_s=(0.01,) * pairs,
-                    compile_time_s=0.1, mode=MeasureMode.PAIRED, backend="cpu", device_count=8)
-    return TrialOutcome(kind, "stopped" if kind is OutcomeKind.PRUNED else "", m, duration_s=1.0)
+    return paired_outcome(ratio, baseline=(0.01,) * pairs, backend="cpu", device_count=8,
+                          kind=kind, message="stopped" if kind is OutcomeKind.PRUNED else "",
+                          duration_s=1.0)
 
 
 def expected_curve(runs: Sequence[RunRecord]) -> tuple[float | None, ...] | None:

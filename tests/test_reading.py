@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import outcomes
 import pytest
 import yaml
 from sql_rows import snapshot
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 from autotune.storage._optuna import rdb_storage
 from autotune.storage.store import HEAD_REVISION
@@ -43,11 +44,10 @@ def execute(url: str, *statements: str) -> None:
 
 
 def paired(ratio: float, fingerprint: str, same: int | None = None) -> Measurement:
-    base = (1.0e-3, 1.02e-3, 0.98e-3)
-    steps = () if same is not None else tuple(t * ratio for t in base)
-    return Measurement(step_times_s=steps, baseline_step_times_s=base if steps else (),
-                       compile_time_s=0.5, mode=MeasureMode.PAIRED, fingerprint=fingerprint,
-                       baseline_fingerprint="base", same_program_as=same)
+    """Three pairs; none timed for a program trial `same` measured."""
+    return outcomes.paired(ratio, baseline=outcomes.BASELINE_S[:3] if same is None else (),
+                           compile_time_s=0.5, fingerprint=fingerprint,
+                           baseline_fingerprint="base", same_program_as=same)
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ import optuna
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from migrations_util import alembic_config
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
@@ -146,13 +146,6 @@ def _schema_diffs(url: str, **opts: object) -> list[object]:
         engine.dispose()
 
 
-def _alembic_config(url: str, script_location: Path | None = None) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(script_location or data_dir("alembic")))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return config
-
-
 # --- resources -------------------------------------------------------------------------
 
 
@@ -181,7 +174,7 @@ def test_data_dir_missing_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_head_revision_is_the_newest_migration() -> None:
-    script = ScriptDirectory.from_config(_alembic_config("sqlite://"))
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
     assert script.get_heads() == [HEAD_REVISION]
 
 
@@ -202,7 +195,7 @@ def test_models_agree_with_migrations(url: str) -> None:
 
 
 def test_alembic_command_line_path_upgrades_and_downgrades(url: str) -> None:
-    config = _alembic_config(url)  # env.py without a connection: the sqlalchemy.url option
+    config = alembic_config(url)  # env.py without a connection: the sqlalchemy.url option
     command.upgrade(config, "head")
     assert _tables(url) == AUTOTUNE_TABLES
     command.downgrade(config, "base")
@@ -216,7 +209,7 @@ def test_autogenerate_after_head_writes_an_empty_revision(sqlite_url: str, tmp_p
     shutil.copytree(data_dir("alembic"), scripts, ignore=shutil.ignore_patterns("__pycache__"))
     Store.open(sqlite_url).close()
     command.revision(
-        _alembic_config(sqlite_url, scripts), message="nothing", autogenerate=True, rev_id="9999"
+        alembic_config(sqlite_url, scripts), message="nothing", autogenerate=True, rev_id="9999"
     )
     (written,) = (scripts / "versions").glob("9999_*.py")
     source = written.read_text()
@@ -227,7 +220,7 @@ def test_autogenerate_after_head_writes_an_empty_revision(sqlite_url: str, tmp_p
 
 def test_upgrade_from_0001_keeps_studies_and_says_they_optimised_time(
         sqlite_url: str, tmp_path: Path) -> None:
-    command.upgrade(_alembic_config(sqlite_url, data_dir("alembic")), "0001")
+    command.upgrade(alembic_config(sqlite_url, data_dir("alembic")), "0001")
     engine = create_engine(sqlite_url)
     with engine.begin() as conn:
         conn.execute(text(
@@ -242,7 +235,7 @@ def test_upgrade_from_0001_keeps_studies_and_says_they_optimised_time(
 
 
 def test_upgrade_from_0004_keeps_claims_without_a_heartbeat_and_indexes_reads(url: str) -> None:
-    command.upgrade(_alembic_config(url), "0004")
+    command.upgrade(alembic_config(url), "0004")
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text(
@@ -269,7 +262,7 @@ def test_upgrade_from_0004_keeps_claims_without_a_heartbeat_and_indexes_reads(ur
 def test_upgrade_from_0005_keeps_studies_and_runs_without_a_fit(url: str) -> None:
     """A study stored before fitting existed: no fit, runs without collectives, a plan
     without `fit`, which resumes as the default (fitting on) asks and takes a fit."""
-    command.upgrade(_alembic_config(url), "0005")
+    command.upgrade(alembic_config(url), "0005")
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text(

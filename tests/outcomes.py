@@ -1,0 +1,30 @@
+"""PAIRED measurements and outcomes stated by hand, as the tests record and replay them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from autotune.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
+
+#: A baseline of five steps about 1 ms, not all equal.
+BASELINE_S = (1.0e-3, 1.02e-3, 0.98e-3, 1.01e-3, 0.99e-3)
+
+
+def paired(ratio: float = 1.0, *, baseline: Sequence[float] = BASELINE_S,
+           steps: Sequence[float] | None = None, compile_time_s: float = 0.1,
+           **fields: Any) -> Measurement:
+    """A PAIRED measurement of `baseline`'s steps and the candidate's: `steps` where given,
+    else `ratio` times each baseline step. `fields`: any other `Measurement` field
+    (fingerprints, memory, backend, `same_program_as`...)."""
+    candidate = tuple(steps) if steps is not None else tuple(t * ratio for t in baseline)
+    return Measurement(step_times_s=candidate, baseline_step_times_s=tuple(baseline),
+                       compile_time_s=compile_time_s, mode=MeasureMode.PAIRED, **fields)
+
+
+def paired_outcome(ratio: float = 1.0, *, kind: OutcomeKind = OutcomeKind.OK, message: str = "",
+                   duration_s: float = 0.0, exit_code: int | None = None,
+                   **measurement: Any) -> TrialOutcome:
+    """A trial outcome of `kind` carrying `paired(ratio, **measurement)`."""
+    return TrialOutcome(kind, message, paired(ratio, **measurement), duration_s=duration_s,
+                        exit_code=exit_code)
