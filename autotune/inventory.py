@@ -20,6 +20,7 @@ from typing import Any
 
 from autotune.bench import PRESETS
 from autotune.launcher import SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 from autotune.workloads import WorkloadInfo
 
 #: The kinds (`autotune.collectives.KINDS`) in the order they are shown, FSDP's first.
@@ -74,7 +75,7 @@ def collectives(info: WorkloadInfo, devices: int = 8) -> Found | str:
         return cached
     env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     outcome = SubprocessLauncher().launch(TrialRequest(
-        info.path, "tiny", env, None, steps=1, warmup=1, max_warmup=1, timeout_s=120))
+        info.path, "tiny", Job(steps=1, warmup=1, max_warmup=1), env, timeout_s=120))
     if not outcome.ok or outcome.measurement is None:
         return f"{outcome.kind.value}: {outcome.message[:80]}"
     profile = outcome.measurement.collectives

@@ -142,7 +142,8 @@ def rank_message(report: RankReport) -> str:
 
 @dataclass(frozen=True)
 class PgleSpec:
-    """A PGLE trial (`autotune.protocol.Job.pgle_mode`; PAIRED only).
+    """A PGLE trial (`autotune.protocol.Job.pgle_mode`; PAIRED only), applied to a request
+    by `TrialRequest.with_pgle`.
 
     Attributes:
         mode: "manual" (003's profile and performance runs) or "auto" (JAX's).
@@ -164,24 +165,17 @@ class PgleSpec:
 
 @dataclass(frozen=True)
 class TrialRequest:
-    """Everything needed to run one trial.
+    """Everything needed to run one trial: the child's job, and how to start the child.
 
     Attributes:
         workload: path of a workload file (see `autotune.bench`).
         preset: size preset passed to the workload.
+        job: how the child measures (`autotune.protocol.Job`: steps, warm-up,
+            prune limits, the typed `compiler_options` of PAIRED mode or None
+            for DIRECT mode, known programs, memory budget, reference options,
+            phases, PGLE); the launcher adds the trial's `artifact_dir`.
         env: variables to set in the child on top of the parent's environment
             (XLA_FLAGS already merged with the user's own).
-        compiler_options: typed per-compilation options for PAIRED mode, or
-            None for DIRECT mode.
-        steps: timed steps (per executable).
-        prune_ratio: PAIRED mode: stop early once the candidate is this many
-            times slower than the baseline (None: never).
-        prune_curve: PAIRED mode: the other trials' median running ratio per
-            number of pairs (item k-1: after k pairs; None items and past the
-            end: no limit); the child also stops once the candidate is slower
-            than that (`autotune.protocol.Job.prune_curve`). None: no curve.
-        warmup, max_warmup: warm-up rounds after the first step: at least
-            `warmup`, more until step times settle, at most `max_warmup`.
         timeout_s: hard limit for the whole child, compilation included.
         memory_limit_bytes: address-space limit of the child (None: none).
         flags: the configuration under test (what `env`/`compiler_options` carry),
@@ -189,48 +183,50 @@ class TrialRequest:
         command: run this program instead of `python -m autotune.child WORKLOAD`;
             it must measure through `autotune.bench.report` (never run by a shell).
         workdir: the child's working directory (default: a scratch folder of its own).
-        known_programs: program fingerprint -> the trial that measured it; the
-            child compiles, and times nothing when its program is among them.
-        memory_budget_bytes: the child times nothing when the compiled program
-            needs more (the outcome is `over_budget`); None: no budget.
-        reference_options: PAIRED mode: options of the in-process reference
-            the candidate is timed against (None: XLA's defaults).
-        reference: the configuration those options carry, for launchers that
-            look results up rather than measure them.
-        timed: False compiles only (for the program's fingerprint).
+        reference: the configuration the job's `reference_options` carry, for
+            launchers that look results up rather than measure them.
         launcher: a cluster launcher's template (`parse_template`, e.g.
             `srun -N 2 --ntasks-per-node 1 {cmd}`): the child's command line
             runs through it, every process with the same environment, and the
             result is process 0's (`launch` raises UsageError for a template
             `parse_template` refuses: check it first). None: one child process,
-            which runs without
-            the rank and size variables (`LAUNCHER_VARIABLES`) this process
-            may have inherited from a launcher of its own.
-        pgle: a PGLE trial (`PgleSpec`): the configuration's PGLE candidate
-            timed against the configuration itself; None: an ordinary trial.
+            which runs without the rank and size variables (`LAUNCHER_VARIABLES`)
+            this process may have inherited from a launcher of its own.
     """
 
     workload: Path
     preset: str
+    job: Job = field(default_factory=Job)
     env: Mapping[str, str] = field(default_factory=dict)
-    compiler_options: Mapping[str, Any] | None = None
-    steps: int = 20
-    warmup: int = 2
-    max_warmup: int = 30
-    prune_ratio: float | None = None
-    prune_curve: tuple[float | None, ...] | None = None
     timeout_s: float = 300.0
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     workdir: Path | None = None
-    known_programs: Mapping[str, int] = field(default_factory=dict)
-    memory_budget_bytes: int | None = None
-    reference_options: Mapping[str, Any] | None = None
     reference: Mapping[str, FlagValue] | None = None
-    timed: bool = True
     launcher: str | None = None
-    pgle: PgleSpec | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the child times anything (False: it compiles only, for a fingerprint)."""
+        return Phase.MEASURE in self.job.phases
+
+    def with_job(self, **changes: Any) -> TrialRequest:
+        """This request with the job's fields in `changes` replaced."""
+        return replace(self, job=replace(self.job, **changes))
+
+    def compile_only(self) -> TrialRequest:
+        """This request compiling and fingerprinting only, timing nothing."""
+        return self.with_job(phases=(Phase.COMPILE,))
+
+    def with_pgle(self, spec: PgleSpec) -> TrialRequest:
+        """This request as a PGLE trial (`PgleSpec`): the job's PGLE fields set, and the
+        `profile` phase before `measure` where the spec collects its profile."""
+        profile = (Phase.PROFILE,) if spec.collect else ()
+        measure = (Phase.MEASURE,) if self.timed else ()
+        return self.with_job(pgle_mode=spec.mode, pgle_profile=spec.profile,
+                             pgle_runs=spec.runs, pgle_percentile=spec.percentile,
+                             pgle_model=spec.model, phases=(Phase.COMPILE, *profile, *measure))
 
 
 class Launcher(ABC):
@@ -310,15 +306,7 @@ class SubprocessLauncher(Launcher):
                 env.pop(name, None)
         env.update(request.env)
         env[RESULT_ENV] = str(scratch / "result.json")
-        env[JOB_ENV] = Job(
-            steps=request.steps, warmup=request.warmup, max_warmup=request.max_warmup,
-            prune_ratio=request.prune_ratio, prune_curve=request.prune_curve,
-            compiler_options=request.compiler_options,
-            artifact_dir=str(scratch), known_programs=dict(request.known_programs),
-            memory_budget_bytes=request.memory_budget_bytes,
-            reference_options=request.reference_options,
-            phases=_phases(request), **_pgle_fields(request.pgle),
-        ).to_json()
+        env[JOB_ENV] = replace(request.job, artifact_dir=str(scratch)).to_json()
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
@@ -346,21 +334,6 @@ class SubprocessLauncher(Launcher):
                 f"process 0 reported success but the launcher exited with code {rc}: another "
                 f"process ended without a result ({last})"))
         return outcome
-
-
-def _phases(request: TrialRequest) -> tuple[Phase, ...]:
-    """Compile; then profile for a PGLE trial that collects its profile; then measure
-    unless the request is compile-only."""
-    profile = (Phase.PROFILE,) if request.pgle is not None and request.pgle.collect else ()
-    return (Phase.COMPILE, *profile, *((Phase.MEASURE,) if request.timed else ()))
-
-
-def _pgle_fields(spec: PgleSpec | None) -> dict[str, Any]:
-    """The job's PGLE fields of a request's `PgleSpec` (none for an ordinary trial)."""
-    if spec is None:
-        return {}
-    return {"pgle_mode": spec.mode, "pgle_profile": spec.profile, "pgle_runs": spec.runs,
-            "pgle_percentile": spec.percentile, "pgle_model": spec.model}
 
 
 def rank_files(result: Path) -> dict[int, Path]:

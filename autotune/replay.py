@@ -212,10 +212,10 @@ class TableLauncher(Launcher):
         if not runs:
             return TrialOutcome(OutcomeKind.CRASHED, f"the replay table has no entry {key!r}")
         program = self.table.programs.get(key)
-        known = request.known_programs.get(program) if program else None
+        known = request.job.known_programs.get(program) if program else None
         if known is not None or not request.timed:
             return self._compiled_only(runs, program, known)
-        outcome = _outcome(self._draw(key), request.prune_ratio, request.prune_curve)
+        outcome = _outcome(self._draw(key), request.job.prune_ratio, request.job.prune_curve)
         return self._fingerprinted(outcome, program)
 
     def _draw(self, key: str) -> Mapping[str, Any]:

@@ -1,10 +1,13 @@
-"""PAIRED measurements and outcomes stated by hand, as the tests record and replay them."""
+"""PAIRED measurements and outcomes stated by hand, as the tests record and replay them, and
+trial requests written with the job's fields and the request's side by side."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from autotune.launcher import TrialRequest
+from autotune.protocol import Job
 from autotune.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
 
 #: A baseline of five steps about 1 ms, not all equal.
@@ -28,3 +31,12 @@ def paired_outcome(ratio: float = 1.0, *, kind: OutcomeKind = OutcomeKind.OK, me
     """A trial outcome of `kind` carrying `paired(ratio, **measurement)`."""
     return TrialOutcome(kind, message, paired(ratio, **measurement), duration_s=duration_s,
                         exit_code=exit_code)
+
+
+def trial_request(workload: Any, preset: str, *, timed: bool = True,
+                  **fields: Any) -> TrialRequest:
+    """A request whose `fields` are the job's (`steps`, `compiler_options`, ...) or the
+    request's (`env`, `flags`, `timeout_s`, ...); `timed=False` compiles only."""
+    job = {k: fields.pop(k) for k in list(fields) if k in Job.__dataclass_fields__}
+    request = TrialRequest(workload, preset, job=Job(**job), **fields)
+    return request if timed else request.compile_only()

@@ -29,7 +29,7 @@ from autotune.collectives import (
     profile_json,
 )
 from autotune.measurement import measurement_from_body
-from autotune.protocol import SCHEMA_VERSION, ProtocolError, parse_result
+from autotune.protocol import SCHEMA_VERSION, Job, Phase, ProtocolError, parse_result
 from autotune.records import CollectiveStats
 from autotune.spaces import load_space, load_space_text
 from autotune.spaces.fit import Action, collective_changes
@@ -269,10 +269,11 @@ def test_a_real_child_reports_the_collectives_of_its_program(tmp_path: Path):
     from autotune.launcher import SubprocessLauncher, TrialRequest
 
     pytest.importorskip("jax")
-    request = TrialRequest(
-        workload=ROOT / "benchmarks" / "mlp-dp.py", preset="tiny", compiler_options={},
-        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"},
-        timed=False, timeout_s=300)
+    request = TrialRequest(workload=ROOT / "benchmarks" / "mlp-dp.py", preset="tiny",
+                           job=Job(compiler_options={}, phases=(Phase.COMPILE,)),
+                           env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                                "JAX_PLATFORMS": "cpu"},
+                           timeout_s=300)
     outcome = SubprocessLauncher(scratch_root=tmp_path).launch(request)
     assert outcome.ok, outcome.message + outcome.stderr_tail[-2000:]
     m = outcome.measurement

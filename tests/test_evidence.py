@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from outcomes import trial_request
 from test_ranking import FAST, LEVEL, WHEN, WIDTH, Runs, measurement
 
 from autotune.flags.catalog import load_catalog
@@ -171,8 +172,8 @@ def test_confirmation_starts_from_the_racing_runs(tmp_path):
 
 
 def _request(flags, **kw) -> TrialRequest:
-    return TrialRequest(workload=Path("w.py"), preset="small", env={}, compiler_options={},
-                        steps=5, warmup=1, max_warmup=2, timeout_s=10, flags=flags, **kw)
+    return trial_request(Path("w.py"), "small", steps=5, warmup=1, max_warmup=2,
+                         compiler_options={}, env={}, timeout_s=10, flags=flags, **kw)
 
 
 def test_the_table_launcher_compiles_only_a_known_program_and_fingerprints_the_rest():

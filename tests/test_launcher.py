@@ -10,17 +10,20 @@ import weakref
 from pathlib import Path
 
 import pytest
+from outcomes import trial_request
 
 from autotune._proc import deferred_interrupt, interrupt_latch, raise_if_interrupted
 from autotune.launcher import SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 from autotune.records import MeasureMode, OutcomeKind
 
 pytestmark = pytest.mark.slow
 
 
 def launch(workload: Path, **kwargs) -> object:
-    request = TrialRequest(workload=workload, preset="tiny", steps=5, warmup=1, **kwargs)
-    return SubprocessLauncher().launch(request)
+    """Launch `workload` (tiny, 5 steps); `kwargs` are the job's fields or the request's."""
+    return SubprocessLauncher().launch(trial_request(workload, "tiny", **{
+        "steps": 5, "warmup": 1, **kwargs}))
 
 
 def test_paired_trial_measures_baseline_and_candidate_in_one_process(workloads_dir):
@@ -156,9 +159,10 @@ def test_fast_math_that_keeps_the_result_passes_the_guard(workloads_dir):
 
 
 def test_workload_over_the_memory_limit_is_an_oom_outcome(workloads_dir):
-    outcome = SubprocessLauncher().launch(TrialRequest(
-        workloads_dir / "big.py", "small", steps=3, warmup=1, compiler_options={},
-        memory_limit_bytes=1_500_000_000))
+    outcome = SubprocessLauncher().launch(TrialRequest(workloads_dir / "big.py", "small",
+                                                       job=Job(steps=3, warmup=1,
+                                                               compiler_options={}),
+                                                       memory_limit_bytes=1_500_000_000))
     assert outcome.kind is OutcomeKind.OOM, outcome.message
     assert "RESOURCE_EXHAUSTED" in outcome.message or "memory" in outcome.message.lower()
 
@@ -175,8 +179,9 @@ def test_the_requests_warm_up_bounds_reach_the_child(workloads_dir):
     Settling itself is tested in-process (test_stopping.py) and through a child
     with a forced tolerance (test_stats.py).
     """
-    outcome = SubprocessLauncher().launch(TrialRequest(
-        workloads_dir / "toy.py", "small", steps=5, warmup=3, max_warmup=3, compiler_options={}))
+    outcome = SubprocessLauncher().launch(TrialRequest(workloads_dir / "toy.py", "small",
+                                                       job=Job(steps=5, warmup=3, max_warmup=3,
+                                                               compiler_options={})))
     m = outcome.measurement
     assert m.warmup_steps == 3 and len(m.warmup_times_s) == len(m.baseline_warmup_times_s) == 3
     assert len(m.step_times_s) == 5 == len(m.baseline_step_times_s)
@@ -185,7 +190,7 @@ def test_the_requests_warm_up_bounds_reach_the_child(workloads_dir):
 
 def test_command_reporting_through_autotune_bench_is_measured(tmp_path):
     program = Path(__file__).resolve().parents[1] / "benchmarks" / "examples" / "my_program.py"
-    request = TrialRequest(program, "tiny", steps=3, warmup=1, compiler_options={},
+    request = TrialRequest(program, "tiny", job=Job(steps=3, warmup=1, compiler_options={}),
                            command=(sys.executable, str(program), "--size", "64"))
     outcome = SubprocessLauncher().launch(request)
     assert outcome.kind is OutcomeKind.OK, outcome.message + outcome.stderr_tail
@@ -200,8 +205,9 @@ def test_command_that_never_reports_is_a_crash_with_a_hint(tmp_path):
 
 
 def test_clearly_slower_candidate_is_pruned_after_a_few_steps(workloads_dir):
-    request = TrialRequest(workloads_dir / "toy.py", "tiny", steps=20, warmup=1, max_warmup=2,
-                           compiler_options={}, prune_ratio=0.5)
+    request = TrialRequest(workloads_dir / "toy.py", "tiny",
+                           job=Job(steps=20, warmup=1, max_warmup=2, prune_ratio=0.5,
+                                   compiler_options={}))
     outcome = SubprocessLauncher().launch(request)
     assert outcome.kind is OutcomeKind.PRUNED
     assert "above the 0.500 limit" in outcome.message
@@ -253,8 +259,8 @@ def test_a_child_that_writes_a_bad_result_is_a_failed_trial_naming_the_field(tmp
 
 
 def test_a_memory_limit_too_small_to_start_python_is_an_oom_naming_the_limit(workloads_dir):
-    outcome = SubprocessLauncher().launch(TrialRequest(
-        workloads_dir / "toy.py", "tiny", memory_limit_bytes=1024, timeout_s=60))
+    outcome = SubprocessLauncher().launch(TrialRequest(workloads_dir / "toy.py", "tiny",
+                                                       memory_limit_bytes=1024, timeout_s=60))
     assert outcome.kind is OutcomeKind.OOM, (outcome.message, outcome.stderr_tail)
     assert outcome.message.startswith(
         "the trial memory limit (1 KiB) is too small for the child to start: ")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from child_env import cpu_child_env
-from outcomes import paired_outcome
+from outcomes import paired_outcome, trial_request
 from test_fit_study import Profiled
 from test_heartbeat import SlowLauncher
 from test_pruning import MLP, CurveRecorder
@@ -28,6 +28,7 @@ from test_shrink import FakeCompilerLauncher
 
 from autotune.flags.catalog import load_catalog
 from autotune.launcher import Launcher, SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 from autotune.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
 from autotune.replay import ReplayLauncher, ReplayTable, TableLauncher, config_key
 from autotune.storage import Store
@@ -54,8 +55,8 @@ class Implementation:
     refuses: str | None = None
 
     def request(self, flags: Mapping[str, Any] | None = None, **fields: Any) -> TrialRequest:
-        return TrialRequest(self.workload, self.preset, flags=dict(flags or {}),
-                            **{**self.fields, **fields})
+        return trial_request(self.workload, self.preset, flags=dict(flags or {}),
+                             **{**self.fields, **fields})
 
 
 def _real_child(_: Path) -> Launcher:
@@ -237,7 +238,7 @@ class DirectOnly(Launcher):
 def test_the_contract_fails_a_launcher_that_breaks_it(
         broken: Launcher, check: Callable[[TrialOutcome], object]) -> None:
     with pytest.raises((AssertionError, pytest.fail.Exception)):
-        check(launched(broken, TrialRequest(FAKE, "tiny", compiler_options={})))
+        check(launched(broken, TrialRequest(FAKE, "tiny", job=Job(compiler_options={}))))
 
 
 def _launcher_classes(folder: Path) -> set[str]:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from outcomes import trial_request
 
 from autotune._local_launch import parse_args, process_env
 from autotune._proc import Finished
@@ -324,8 +325,8 @@ def trial(workload: Path, tmp_path: Path, **kwargs):
     """One real trial (scratch kept under `tmp_path`): (outcome, scratch folder, seconds)."""
     kwargs.setdefault("launcher", LOCAL)
     tmp_path.mkdir(parents=True, exist_ok=True)
-    request = TrialRequest(workload, "tiny", steps=6, warmup=1, max_warmup=4,
-                           compiler_options={}, timeout_s=90, **kwargs)
+    request = trial_request(workload, "tiny", steps=6, warmup=1, max_warmup=4,
+                            compiler_options={}, timeout_s=90, **kwargs)
     start = time.monotonic()
     outcome = SubprocessLauncher(scratch_root=tmp_path, keep_scratch=True).launch(request)
     scratch = next(tmp_path.glob("autotune-trial-*"))

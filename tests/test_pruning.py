@@ -13,6 +13,7 @@ from outcomes import paired_outcome
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key
 from autotune.launcher import SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 from autotune.records import (
     Environment,
     OutcomeKind,
@@ -65,7 +66,7 @@ class CurveRecorder(TableLauncher):
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         expected = expected_curve(self.store.runs("s"))
-        self.seen.append((self.role, request.prune_curve, expected))
+        self.seen.append((self.role, request.job.prune_curve, expected))
         self.role = None
         return super().launch(request)
 
@@ -135,8 +136,8 @@ def test_the_table_launcher_prunes_by_the_curve_where_the_margin_alone_would_not
     launcher = TableLauncher(table, load_catalog(), seed=1)
     slow = {LEVEL: 0}  # about 1.4x the baseline
     recorded = len(table.runs[config_key(slow)][0]["step_times_s"])
-    request = TrialRequest(Path("w.py"), "small", flags=slow, prune_ratio=3.0,
-                           prune_curve=(1.1,) * recorded)
+    request = TrialRequest(Path("w.py"), "small",
+                           job=Job(prune_ratio=3.0, prune_curve=(1.1,) * recorded), flags=slow)
     outcome = launcher.launch(request)
     assert outcome.kind is OutcomeKind.PRUNED
     assert outcome.message.startswith("stopped after 6 paired steps: ")
@@ -144,8 +145,8 @@ def test_the_table_launcher_prunes_by_the_curve_where_the_margin_alone_would_not
     assert len(outcome.measurement.step_times_s) == len(
         outcome.measurement.baseline_step_times_s) == 6
     for curve in ((3.0,) * recorded, (None,) * recorded, None):
-        again = TrialRequest(Path("w.py"), "small", flags=slow, prune_ratio=3.0,
-                             prune_curve=curve)
+        again = TrialRequest(Path("w.py"), "small", job=Job(prune_ratio=3.0, prune_curve=curve),
+                             flags=slow)
         assert launcher.launch(again).kind is OutcomeKind.OK
 
 
@@ -153,15 +154,16 @@ def test_the_table_launcher_prunes_by_the_curve_where_the_margin_alone_would_not
 def test_a_real_child_stops_above_the_curve_though_within_the_margin(workloads_dir):
     # The candidate is XLA's defaults against themselves: a ratio near 1.0, far within the
     # margin's 100x, but above a curve of 0.5 at every pair.
-    request = TrialRequest(workloads_dir / "toy.py", "tiny", steps=20, warmup=1, max_warmup=2,
-                           compiler_options={}, prune_ratio=100.0, prune_curve=(0.5,) * 20)
+    request = TrialRequest(workloads_dir / "toy.py", "tiny",
+                           job=Job(steps=20, warmup=1, max_warmup=2, prune_ratio=100.0,
+                                   prune_curve=(0.5,) * 20, compiler_options={}))
     outcome = SubprocessLauncher().launch(request)
     assert outcome.kind is OutcomeKind.PRUNED, outcome.message + outcome.stderr_tail
     assert "above 0.500, the other trials' median after" in outcome.message
     assert 6 <= len(outcome.measurement.step_times_s) < 20
-    unpruned = TrialRequest(workloads_dir / "toy.py", "tiny", steps=8, warmup=1, max_warmup=2,
-                            compiler_options={}, prune_ratio=100.0,
-                            prune_curve=(None,) * 7 + (0.2,))
+    unpruned = TrialRequest(workloads_dir / "toy.py", "tiny",
+                            job=Job(steps=8, warmup=1, max_warmup=2, prune_ratio=100.0,
+                                    prune_curve=(None,) * 7 + (0.2,), compiler_options={}))
     # the curve limits the eighth pair only (0.2: no load spike takes the lowest running
     # ratio of XLA's defaults against themselves that far down)
     late = SubprocessLauncher().launch(unpruned)

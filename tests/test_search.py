@@ -22,6 +22,7 @@ from autotune.errors import UsageError
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key, effective_config
 from autotune.launcher import Launcher, TrialRequest
+from autotune.protocol import Job
 from autotune.records import (
     FlagValue,
     Measurement,
@@ -212,7 +213,7 @@ class LimitRecorder(ModelLauncher):
         self.limits: list[float | None] = []
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
-        self.limits.append(request.prune_ratio)
+        self.limits.append(request.job.prune_ratio)
         return super().launch(request)
 
 
@@ -422,7 +423,7 @@ TRANSFORMER = ROOT / "benchmarks/tables/transformer-small.json"
 
 
 def request(flags: Mapping[str, FlagValue], prune_ratio: float | None = None) -> TrialRequest:
-    return TrialRequest(Path("w.py"), "small", flags=dict(flags), prune_ratio=prune_ratio)
+    return TrialRequest(Path("w.py"), "small", job=Job(prune_ratio=prune_ratio), flags=dict(flags))
 
 
 def test_a_recorded_table_replays_its_repeats_as_noise():
@@ -626,11 +627,11 @@ class BudgetLauncher(ModelLauncher):
         self.budgets: list[int | None] = []
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
-        self.budgets.append(request.memory_budget_bytes)
+        self.budgets.append(request.job.memory_budget_bytes)
         done = super().launch(request)
         peak = done.measurement.peak_memory_bytes if done.measurement else None
-        if request.memory_budget_bytes is None or peak is None \
-                or peak <= request.memory_budget_bytes:
+        if request.job.memory_budget_bytes is None or peak is None \
+                or peak <= request.job.memory_budget_bytes:
             return done
         untimed = Measurement(step_times_s=(), compile_time_s=0.1, mode=MeasureMode.PAIRED,
                               peak_memory_bytes=peak, memory_source="memory_analysis")

@@ -96,9 +96,9 @@ def test_shrinking_keeps_only_the_flags_whose_removal_measurably_slows_it(tmp_pa
     # (FAST, WIDTH, XNN), then the smaller set against the defaults 3 times
     timed = [r.timed for r in launcher.requests]
     assert timed == [False] * 6 + [True] * 12
-    assert all(r.reference is None and r.reference_options is None
+    assert all(r.reference is None and r.job.reference_options is None
                for r in launcher.requests[-3:])
-    assert launcher.requests[6].reference_options == {FAST: True, WIDTH: 512, XNN: False}
+    assert launcher.requests[6].job.reference_options == {FAST: True, WIDTH: 512, XNN: False}
 
 
 def test_shrinking_again_measures_nothing_more(tmp_path):

@@ -51,7 +51,7 @@ def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
     from autotune.config import load_config
     from autotune.flags.catalog import load_catalog
     from autotune.launcher import SubprocessLauncher
-    from autotune.protocol import PGLE_MODES
+    from autotune.protocol import PGLE_MODES, Job
     from autotune.records import MeasureMode
     from autotune.results.pgle import pgle_verdict
     from autotune.study.pgle import PglePlan, model_identity, run_pgle
@@ -67,8 +67,9 @@ def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
     env = dict(os.environ if base_env is None else base_env)
     settings = RequestSettings(
         workload=work.path, preset=preset, mode=MeasureMode.PAIRED,
-        base_env=with_device_count(env, devices), steps=steps, warmup=warmup,
-        max_warmup=max_warmup, timeout_s=timeout_per_trial, command=argv)
+        base_env=with_device_count(env, devices),
+        job=Job(steps=steps, warmup=warmup, max_warmup=max_warmup), timeout_s=timeout_per_trial,
+        command=argv)
     plan = PglePlan(settings, flags, mode, path, mode == "manual" and profile is None,
                     profile_runs, percentile, repeats,
                     model_identity(work, preset, devices, argv))

@@ -48,7 +48,7 @@ def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],
             repeats: int) -> list[tuple[int, Mapping[str, FlagValue], int]]:
     """(trial number, flags, round) of each run still to make, round by round."""
     base = baseline_trial(runs)
-    direct = any(ctx.judge.request(t.flags).compiler_options is None for t in targets)
+    direct = any(ctx.judge.request(t.flags).job.compiler_options is None for t in targets)
     plan: list[tuple[int, Mapping[str, FlagValue], int]] = []
     for round_ in range(repeats):
         if direct and base is not None and len(confirm_runs(runs, base)) <= round_:

@@ -98,8 +98,8 @@ def _compile_only(ctx: StudyContext, config: Mapping[str, FlagValue],
     """Compile `config` per compilation (nothing timed), store the run as FINGERPRINT
     (no trial) and return its program's fingerprint (None: it did not compile)."""
     judge = ctx.judge
-    request = replace(judge.request({}), flags=dict(config), timed=False,
-                      compiler_options=compiler_options(config, judge.catalog))
+    request = replace(judge.request({}), flags=dict(config)).compile_only().with_job(
+        compiler_options=compiler_options(config, judge.catalog))
     outcome = ctx.measure(None, Role.FINGERPRINT, config, request, claim)
     m = outcome.measurement
     return m.fingerprint if outcome.ok and m is not None else None

@@ -17,7 +17,7 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import pgle as rules
@@ -89,8 +89,8 @@ def run_pgle(plan: PglePlan, catalog: Catalog, launcher: Launcher,
             environment (a PGLE trial is PAIRED).
     """
     judge = TrialJudge(plan.settings, catalog, lambda: [])
-    request = replace(judge.request(plan.config), prune_ratio=None, prune_curve=None)
-    if request.compiler_options is None:
+    request = judge.request(plan.config).with_job(prune_ratio=None, prune_curve=None)
+    if request.job.compiler_options is None:
         _, outside = split_per_compile(plan.config, catalog)
         raise UsageError("PGLE times a configuration against itself in one process, through "
                          "per-compile options; these flags act only through the "
@@ -112,7 +112,7 @@ def _with_spec(request: TrialRequest, plan: PglePlan, collect: bool) -> TrialReq
     spec = PgleSpec(mode=plan.mode, profile=None if plan.profile is None else str(plan.profile),
                     collect=collect, runs=plan.runs, percentile=plan.percentile,
                     model=plan.model)
-    return replace(request, pgle=spec)
+    return request.with_pgle(spec)
 
 
 # --- PGLE in a study --------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def study_pgle(ctx: StudyContext, top: int, repeats: int,
         return []
     targets = [(n, f) for n, f in pgle_targets(ctx.runs(), plan.objectives,
                                                plan.memory_budget_bytes, ctx.judge.catalog, top)
-               if ctx.judge.request(f).compiler_options is not None]
+               if ctx.judge.request(f).job.compiler_options is not None]
     model = model_identity(plan.workload, plan.preset, plan.devices, plan.command)
     with tempfile.TemporaryDirectory(prefix="autotune-pgle-") as folder:
         for number, flags in targets:
@@ -174,8 +174,8 @@ def _study_target(ctx: StudyContext, number: int, flags: Mapping[str, FlagValue]
                 return
             _write_stored(stored, profile)
         spec = PgleSpec(mode="manual", profile=str(profile), collect=collect, model=model)
-        request = replace(ctx.judge.request(flags), pgle=spec, prune_ratio=None,
-                          prune_curve=None, known_programs={})
+        request = ctx.judge.request(flags).with_job(
+            prune_ratio=None, prune_curve=None, known_programs={}).with_pgle(spec)
         _, run = ctx.claimed_run(
             f"pgle:{number}:{kind.split(':')[1]}:{made}", Role.PGLE, flags, number, request,
             before_record=_storing(ctx, number, kind, profile) if collect else None)

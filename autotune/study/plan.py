@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autotune.protocol import Job
 from autotune.records import MeasureMode, Role, TrialOutcome
 from autotune.results.shrink import Step
 from autotune.spaces import Space
@@ -93,8 +94,9 @@ class StudyPlan:
         """What every trial request of this study shares."""
         return RequestSettings(
             workload=self.workload.path, preset=self.preset, mode=self.mode,
-            base_env=with_device_count(self.base_env, self.devices), steps=self.steps,
-            warmup=self.warmup, max_warmup=self.max_warmup, timeout_s=self.timeout_per_trial,
+            base_env=with_device_count(self.base_env, self.devices),
+            job=Job(steps=self.steps, warmup=self.warmup, max_warmup=self.max_warmup),
+            timeout_s=self.timeout_per_trial,
             memory_limit_bytes=self.memory_limit_bytes, command=self.command,
             launcher=self.launcher)
 

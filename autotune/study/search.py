@@ -153,12 +153,12 @@ class Search:
         and, in PAIRED mode, the programs already timed here."""
         request = self.ctx.judge.request(config)
         if role is Role.SEARCH:
-            request = replace(request, prune_ratio=self._prune_ratio(index),
-                              prune_curve=self._prune_curve(index))
+            request = request.with_job(prune_ratio=self._prune_ratio(index),
+                                       prune_curve=self._prune_curve(index))
         if role is not Role.BASELINE:
-            request = replace(request, memory_budget_bytes=self.ctx.plan.memory_budget_bytes)
-        if role is not Role.BASELINE and request.compiler_options is not None:
-            request = replace(request, known_programs=index.known_programs())
+            request = request.with_job(memory_budget_bytes=self.ctx.plan.memory_budget_bytes)
+        if role is not Role.BASELINE and request.job.compiler_options is not None:
+            request = request.with_job(known_programs=index.known_programs())
         return request
 
     def _settle(self, index: MeasuredIndex) -> Settle:

@@ -56,8 +56,9 @@ def shrink_recommendation(ctx: StudyContext, repeats: int,
 def _measure(ctx: StudyContext, number: int, step: Step, claim: ClaimRecord) -> TrialOutcome:
     """Measure one step of shrinking under the held claim, stored under trial `number`."""
     reference = step.reference
-    request = replace(
-        ctx.judge.request(step.flags), timed=step.timed, reference=reference,
+    request = replace(ctx.judge.request(step.flags), reference=reference).with_job(
         reference_options=compiler_options(reference, ctx.judge.catalog)
         if reference is not None else None)
+    if not step.timed:
+        request = request.compile_only()
     return ctx.measure(number, step.role, step.flags, request, claim)

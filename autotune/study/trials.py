@@ -17,6 +17,7 @@ from typing import Any
 from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
 from autotune.launcher import TrialRequest
 from autotune.numerics import checksums_agree, tolerance
+from autotune.protocol import Job
 from autotune.records import (
     Environment,
     FlagValue,
@@ -83,9 +84,8 @@ class RequestSettings:
     preset: str
     mode: MeasureMode
     base_env: Mapping[str, str]
-    steps: int
-    warmup: int
-    max_warmup: int
+    #: what every trial's job shares (steps, warm-up); each request adds its configuration
+    job: Job
     timeout_s: float
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
@@ -117,7 +117,7 @@ class TrialJudge:
         env = compose_env(config if options is None else {}, s.base_env, self.catalog)
         return TrialRequest(
             workload=s.workload, preset=s.preset, env={**s.base_env, **env},
-            compiler_options=options, steps=s.steps, warmup=s.warmup, max_warmup=s.max_warmup,
+            job=replace(s.job, compiler_options=options),
             timeout_s=s.timeout_s, memory_limit_bytes=s.memory_limit_bytes,
             command=s.command, flags=dict(config),
             workdir=Path.cwd() if s.command is not None else None, launcher=s.launcher,

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 
 from autotune.launcher import SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 
 SETTINGS: list[dict[str, object]] = [
     {},
@@ -48,8 +49,10 @@ def measure(workload: Path, preset: str, devices: int, options: dict, repeats: i
     env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     ratios, same = [], "?"
     for _ in range(repeats):
-        outcome = launcher.launch(TrialRequest(workload, preset, env, options, steps=steps,
-                                               warmup=3, timeout_s=300))
+        outcome = launcher.launch(TrialRequest(workload, preset,
+                                               job=Job(steps=steps, warmup=3,
+                                                       compiler_options=options),
+                                               env=env, timeout_s=300))
         if not outcome.ok or outcome.measurement is None:
             return [], f"{outcome.kind.value}: {outcome.message[:60]}"
         m = outcome.measurement

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from autotune.launcher import SubprocessLauncher, TrialRequest
+from autotune.protocol import Job
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMER = ROOT / "benchmarks" / "transformer.py"
@@ -40,7 +41,9 @@ def spread(processes: int, preset: str, devices: int) -> None:
     direct, ratios = [], []
     for i in range(processes):
         for options, sink in ((None, direct), ({}, ratios)):
-            outcome = launcher.launch(TrialRequest(TRANSFORMER, preset, env, options, steps=20))
+            outcome = launcher.launch(TrialRequest(TRANSFORMER, preset,
+                                                   job=Job(steps=20, compiler_options=options),
+                                                   env=env))
             m = outcome.measurement
             if not outcome.ok or m is None or m.median_s is None:
                 sys.exit(f"process {i} failed: {outcome.kind.value} {outcome.message}")
