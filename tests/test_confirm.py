@@ -42,7 +42,7 @@ def searched(tmp_path: Path) -> tuple[StudyRunner, Store, ReplayLauncher]:
     """A study whose search is over: baseline, a lucky winner, a real gain, a no-op."""
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = Store.open(url)
-    plan = StudyPlan(name="s", space_name="cpu", space=load_space("cpu"),
+    plan = StudyPlan.of(name="s", space=load_space("cpu"),
                      workload=resolve_benchmark("transformer"), trials=4)
     store.ensure_study("s", "cpu", "transformer", "small", 8, MeasureMode.PAIRED, "cpu")
     search = [({}, Role.BASELINE, paired(1.0, 1, same=True)), (LUCKY, Role.SEARCH, paired(0.8, 2)),
@@ -124,7 +124,7 @@ def test_search_trials_are_told_to_optuna_by_outcome(tmp_path):
     wrong = TrialOutcome(OutcomeKind.NUMERICS_MISMATCH, "differs", paired(0.5, 6).measurement)
     replay = ReplayLauncher({config_key({}): [paired(1.0, 1, same=True)]},
                             default=[pruned, wrong])
-    plan = StudyPlan(name="p", space_name="cpu", space=load_space("cpu"), seed=1,
+    plan = StudyPlan.of(name="p", space=load_space("cpu"), seed=1,
                      workload=resolve_benchmark("transformer"), trials=5, sampler="random")
     StudyRunner(plan, store, replay, url).run()
     states = [t.state.name for t in optuna.load_study(study_name="p", storage=url).trials]

@@ -118,7 +118,7 @@ def test_best_lists_programs_with_their_pooled_figures_and_configurations():
 def _study(tmp_path, seed: int, trials: int, racing: bool = True) -> tuple[Store, StudyPlan]:
     table = ReplayTable.load(NORM_ACT)
     space = load_space(str(ROOT / table.meta["space"]))
-    plan = StudyPlan(name=f"race-{seed}", space_name=space.name, space=space,
+    plan = StudyPlan.of(name=f"race-{seed}", space=space,
                      workload=resolve_benchmark("norm-act"), trials=trials, sampler="random",
                      seed=seed, racing=racing)
     store = Store.open(f"sqlite:///{tmp_path}/s{seed}{racing}.db")
@@ -150,7 +150,7 @@ def test_without_racing_nothing_is_measured_twice_in_the_search(tmp_path):
 def test_confirmation_starts_from_the_racing_runs(tmp_path):
     table = ReplayTable.load(NORM_ACT)
     space = load_space(str(ROOT / table.meta["space"]))
-    plan = StudyPlan(name="confirm", space_name=space.name, space=space,
+    plan = StudyPlan.of(name="confirm", space=space,
                      workload=resolve_benchmark("norm-act"), trials=40, sampler="random", seed=3)
     store = Store.open(f"sqlite:///{tmp_path}/c.db")
     runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=3),

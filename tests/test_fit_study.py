@@ -67,10 +67,10 @@ class Profiled(Launcher):
 def runner(tmp_path: Path, launcher: Launcher, trials: int, **plan: object) -> StudyRunner:
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     space = table_space()
-    settings: dict[str, object] = {"name": "s", "space_name": space.name, "space": space,
+    settings: dict[str, object] = {"name": "s", "space": space,
                                    "workload": resolve_benchmark("mlp-dp"), "trials": trials,
                                    "sampler": "random", "seed": 0, **plan}
-    return StudyRunner(StudyPlan(**settings), Store.open(url), launcher, url)  # type: ignore[arg-type]
+    return StudyRunner(StudyPlan.of(**settings), Store.open(url), launcher, url)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -273,7 +273,7 @@ def test_a_study_whose_fit_leaves_nothing_to_search_stops_at_once_saying_why(tmp
         + "".join(f"  {flag}:\n    type: bool\n" for flag in NO_OPS))
     space = load_space_text(text)
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
-    plan = StudyPlan(name="s", space_name=space.name, space=space,
+    plan = StudyPlan.of(name="s", space=space,
                      workload=resolve_benchmark("mlp-dp"), trials=20, sampler="random", seed=0)
     launcher = Profiled()
     summary = StudyRunner(plan, Store.open(url), launcher, url).run()

@@ -111,7 +111,7 @@ def test_a_confirmation_round_beats_its_claim_while_it_measures(tmp_path: Path, 
     store.record_run("s", 1, Role.SEARCH, winner, {}, launcher.launch(TrialRequest(
         Path("w.py"), "tiny", flags=winner)))
     launcher.seen.clear()
-    plan = StudyPlan(name="s", space_name="cpu", space=load_space("cpu"), preset="tiny",
+    plan = StudyPlan.of(name="s", space=load_space("cpu"), preset="tiny",
                      workload=resolve_benchmark("matmul"), trials=2)
     StudyRunner(plan, store, launcher, store.url).confirm(top=1, repeats=1)
     [(before, after)] = launcher.seen

@@ -421,7 +421,7 @@ def test_a_study_runs_every_trial_through_a_two_process_launcher(tmp_path):
         plan = json.loads(db.execute("select plan from autotune_studies").fetchone()[0])
     assert {role for role, _, _ in runs} >= {"baseline", "search"}, runs
     assert all(kind == "ok" and count == 2 for _, kind, count in runs), runs  # 2 x 1 device
-    assert plan["launcher"] == template and plan["recipe"]["launcher"] == template
+    assert plan["launcher"] == template and plan["recipe"]["options"]["launcher"] == template
 
 
 def test_a_launcher_without_cmd_is_refused_before_anything_runs(tmp_path):

@@ -237,7 +237,7 @@ def test_a_study_says_why_its_pgle_phase_cannot_run():
     from autotune.study.pgle import pgle_refusal
 
     def plan(mode: MeasureMode, launcher: str | None) -> object:
-        return SimpleNamespace(mode=mode, launcher=launcher)
+        return SimpleNamespace(mode=mode, options=SimpleNamespace(launcher=launcher))
 
     assert pgle_refusal(plan(MeasureMode.PAIRED, None)) is None  # type: ignore[arg-type]
     assert "--mode paired" in str(pgle_refusal(plan(MeasureMode.DIRECT, None)))  # type: ignore[arg-type]

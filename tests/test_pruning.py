@@ -77,7 +77,7 @@ def test_search_trials_carry_the_curve_of_the_stored_runs_and_the_baseline_none(
     space = load_space(str(ROOT / table.meta["space"]))
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     launcher = CurveRecorder(table, store, seed=4)
-    plan = StudyPlan(name="s", space_name=space.name, space=space,
+    plan = StudyPlan.of(name="s", space=space,
                      workload=resolve_benchmark("mlp-dp"), sampler="random", seed=4, trials=16,
                      steps=15)
     runner = StudyRunner(plan, store, launcher, store.url)
@@ -123,7 +123,7 @@ def test_a_study_without_pruning_sends_no_curve(tmp_path):
     space = load_space(str(ROOT / table.meta["space"]))
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     launcher = CurveRecorder(table, store, seed=2)
-    plan = StudyPlan(name="s", space_name=space.name, space=space,
+    plan = StudyPlan.of(name="s", space=space,
                      workload=resolve_benchmark("mlp-dp"), sampler="random", seed=2, trials=12,
                      steps=15, prune_margin=None)
     StudyRunner(plan, store, launcher, store.url).run()

@@ -97,10 +97,10 @@ def study(space, tmp_path: Path, launcher: Launcher, **plan: object) -> tuple[St
     store = Store.open(url)
     # Racing the leaders re-measures them (tests/test_evidence.py): off here, where what is
     # counted is the search's own launches, unless a test asks for it.
-    settings: dict[str, object] = {"name": "s", "space_name": space.name, "space": space,
+    settings: dict[str, object] = {"name": "s", "space": space,
                                    "workload": resolve_benchmark("matmul"), "racing": False,
                                    **plan}
-    return StudyRunner(StudyPlan(**settings), store, launcher, url), store  # type: ignore[arg-type]
+    return StudyRunner(StudyPlan.of(**settings), store, launcher, url), store  # type: ignore[arg-type]
 
 
 def optuna_study(store: Store) -> optuna.Study:

@@ -68,7 +68,7 @@ def confirmed_winner(tmp_path: Path) -> tuple[StudyRunner, Store, FakeCompilerLa
     for _ in range(3):
         store.record_run("s", 1, Role.CONFIRM, WINNER, {}, launcher.launch(search))
     launcher.requests.clear()
-    plan = StudyPlan(name="s", space_name="cpu", space=load_space("cpu"), preset="tiny",
+    plan = StudyPlan.of(name="s", space=load_space("cpu"), preset="tiny",
                      workload=resolve_benchmark("matmul"), trials=2)
     return StudyRunner(plan, store, launcher, url), store, launcher
 

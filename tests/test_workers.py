@@ -42,7 +42,9 @@ def planned():
 
 def _prepared(planned, url: str, **changes) -> StudyRunner:
     """A runner whose study and recipe are stored; nothing measured."""
-    plan = replace(planned.plan, **changes) if changes else planned.plan
+    plan = planned.plan
+    if changes:  # options of the plan changed, as if the study had been made with them
+        plan = replace(plan, options=plan.options.model_copy(update=changes))
     runner = StudyRunner(plan, Store.open(url), launcher=None, storage=url)  # type: ignore[arg-type]
     runner.prepare()
     return runner
@@ -72,8 +74,8 @@ def test_a_worker_rebuilds_the_plan_from_the_database_alone(planned, sqlite_url,
     joined = join_study("shared", sqlite_url)
     mine, theirs = joined.planned.plan, planned.plan
     assert mine.recorded() == theirs.recorded()
-    assert (mine.name, mine.trials, mine.space_name, mine.workload.name, mine.preset,
-            mine.devices, mine.mode, mine.heartbeat_s) == (
+    assert (mine.name, mine.trials, mine.space_name, mine.workload.name, mine.options.preset,
+            mine.options.devices, mine.mode, mine.options.heartbeat_s) == (
         "shared", 4, "cpu", "matmul", "tiny", 1, theirs.mode, 1)
     assert mine.space.params == theirs.space.params
     # the creator's XLA variables win over the worker's: both measure the same baseline
@@ -249,8 +251,9 @@ def test_study_with_two_local_workers_on_one_sqlite_file(tmp_path):
 def test_a_worker_killed_mid_trial_loses_nothing_and_nothing_is_measured_twice(
         planned, postgres_url):
     runner = _prepared(planned, postgres_url, trials=6, heartbeat_s=2, racing=False)
-    runner.store.set_recipe("shared", {**planned.recipe, "trials": 6, "heartbeat_s": 2,
-                                       "racing": False, "confirm": 0})
+    recipe = planned.recipe
+    runner.store.set_recipe("shared", {**recipe, "options": {
+        **recipe["options"], "trials": 6, "heartbeat_s": 2, "racing": False, "confirm": 0}})
     argv = [sys.executable, "-m", "autotune", "worker", "--study", "shared",
             "--storage", postgres_url, "--until-done"]
     workers = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -28,7 +28,6 @@ from autotune.api.inputs import one_of
 from autotune.api.plan import (
     BASE_ENV_PREFIXES,
     OWN_ENV,
-    PLAN_ARGS,
     Joined,
     PlannedStudy,
     join_study,
@@ -37,7 +36,8 @@ from autotune.api.plan import (
 from autotune.api.profiling import PgleResult, pgle
 from autotune.api.store import DEFAULT_STORAGE, open_store, require_database, sqlite_file
 from autotune.api.study import Study
+from autotune.study.options import StudyOptions
 
-__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "PLAN_ARGS", "Joined",
-           "PgleResult", "PlannedStudy", "Study", "join_study", "one_of", "open_store", "pgle",
+__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "Joined", "PgleResult",
+           "PlannedStudy", "Study", "StudyOptions", "join_study", "one_of", "open_store", "pgle",
            "plan_study", "require_database", "sqlite_file"]

@@ -9,16 +9,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune import spaces
+from autotune._resources import VERSION, source_digest
 from autotune.api.inputs import one_of, resolve_workload, size_option
 from autotune.api.store import open_store
-from autotune.errors import UsageError
+from autotune.bench import PRESETS
+from autotune.errors import StudyMismatchError, UsageError
+from autotune.flags.catalog import load_catalog
+from autotune.flags.probe import ProbeReport, probe
+from autotune.launcher import parse_template
+from autotune.records import MeasureMode
+from autotune.study import preflight
+from autotune.study.options import AfterSearch, StudyOptions
+from autotune.study.plan import StudyPlan
+from autotune.study.samplers import choose_sampler, parse_objectives
 
 if TYPE_CHECKING:
-    from autotune.flags.probe import ProbeReport
     from autotune.storage.store import Store
-    from autotune.study.plan import StudyPlan
     from autotune.study.preflight import Preflight
-    from autotune.study.service import AfterSearch
 
 
 @dataclass(frozen=True)
@@ -36,12 +44,6 @@ class PlannedStudy:
         return self.plan.recipe
 
 
-#: `plan_study`'s arguments a recipe keeps (the name is the study's own).
-PLAN_ARGS = ("space", "benchmark", "script", "command", "trials", "sampler", "objective",
-             "memory_budget", "timeout_per_trial", "preset", "devices", "steps", "warmup",
-             "max_warmup", "mode", "drop_unknown", "allow_backend_mismatch", "prune_margin",
-             "trial_memory_limit", "fit", "racing", "heartbeat_s", "launcher")
-
 #: Variables of the creator's environment a worker measures with too: they shape what XLA
 #: compiles and runs (the baseline included). A launcher's own (process ids, coordinator)
 #: are the worker's.
@@ -58,80 +60,51 @@ class Joined:
     after: AfterSearch
 
 
-def plan_study(*, space: str, benchmark: str = "transformer", script: str | Path | None = None,
-               command: str | None = None, name: str | None = None, trials: int = 12,
-               sampler: str = "auto", seed: int | None = None, objective: str = "time",
-               memory_budget: str | None = None, timeout_per_trial: float = 300.0,
-               preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
-               max_warmup: int = 30, mode: str = "paired", drop_unknown: bool = False,
-               allow_backend_mismatch: bool = False, prune_margin: float | None = 1.3,
-               trial_memory_limit: str | None = None,
-               base_env: Mapping[str, str] | None = None, fit: bool = True,
-               racing: bool = True, heartbeat_s: int = 30, launcher: str | None = None,
-               confirm: int = 3, confirm_repeats: int = 4,
-               shrink: bool = True, pgle: int = 0) -> PlannedStudy:
+def plan_study(options: StudyOptions | None = None, *,
+               base_env: Mapping[str, str] | None = None, **values: Any) -> PlannedStudy:
     """Validate what the user asked for and check the space against the installed XLA.
 
-    The arguments are `autotune study`'s options (sizes as text like `12GiB`;
-    `prune_margin` None never prunes; `fit` False searches the space as
-    documented instead of fitting it to the workload, `autotune.spaces.fit`;
-    `racing` False never measures the search's leader again, `autotune.results.evidence`;
-    `heartbeat_s` how often a worker says it is alive; `launcher` a cluster launcher
-    template for multi-host trials; `confirm`, `confirm_repeats`, `shrink` and `pgle`
-    (the best K configurations measured again with a PGLE profile) what a worker that
-    ends the search does next). Nothing touches the database. The plan
-    carries its `recipe`: these arguments as JSON, with files as absolute paths, the
-    creator's XLA and JAX variables and this autotune's version and source digest.
+    `options` (or the `StudyOptions` fields in `values`) are `autotune study`'s
+    options (sizes as text like `12GiB`; `prune_margin` None never prunes; see
+    `StudyOptions`); `base_env` the environment trials start from (default:
+    this process's). Nothing touches the database. The plan carries its
+    `recipe`: the options as JSON, with files as absolute paths, the creator's
+    XLA and JAX variables and this autotune's version and source digest.
 
     Raises:
-        UsageError (and its kinds): an unknown space, benchmark, sampler,
+        UsageError (and its kinds): an unknown option, space, benchmark, sampler,
             objective, preset or mode; a bad size; a launcher template that does
             not parse or lacks `{cmd}`; `script` and `command` both;
             a command that cannot run; a space with flags this XLA does not
             know (unless `drop_unknown`) or for another backend (unless
             `allow_backend_mismatch`).
     """
-    from autotune import spaces
-    from autotune.bench import PRESETS
-    from autotune.flags.catalog import load_catalog
-    from autotune.flags.probe import probe
-    from autotune.records import MeasureMode
-    from autotune.study import preflight
-    from autotune.study.plan import StudyPlan
-    from autotune.study.samplers import choose_sampler, parse_objectives
-
-    loaded = spaces.load_space(space)
-    work, argv = resolve_workload(benchmark, script, command)
-    objectives = parse_objectives(objective)
-    choose_sampler(sampler, objectives, loaded, trials)  # a bad choice stops before any probe
-    one_of(preset, PRESETS, "preset")
-    measure_mode = MeasureMode(one_of(mode, [m.value for m in MeasureMode], "mode"))
-    if launcher is not None:
-        from autotune.launcher import parse_template
-
-        parse_template(launcher)  # a template without {cmd} stops here
-    budget = size_option(memory_budget, "--memory-budget")
-    limit = size_option(trial_memory_limit, "--trial-memory-limit")
+    o = options if options is not None else StudyOptions.of(**values)
+    loaded = spaces.load_space(o.space)
+    work, argv = resolve_workload(o.benchmark, o.script, o.command)
+    objectives = parse_objectives(o.objective)
+    choose_sampler(o.sampler, objectives, loaded, o.trials)  # a bad choice stops before a probe
+    one_of(o.preset, PRESETS, "preset")
+    mode = MeasureMode(one_of(o.mode, [m.value for m in MeasureMode], "mode"))
+    if o.launcher is not None:
+        parse_template(o.launcher)  # a template without {cmd} stops here
+    budget = size_option(o.memory_budget, "--memory-budget")
+    limit = size_option(o.trial_memory_limit, "--trial-memory-limit")
     catalog = load_catalog()
-    report = probe(catalog, extra=sorted(loaded.flags()), env=base_env, devices=devices)
-    checked = preflight.check(loaded, catalog, report, drop_unknown=drop_unknown,
-                              allow_backend_mismatch=allow_backend_mismatch)
+    report = probe(catalog, extra=sorted(loaded.flags()), env=base_env, devices=o.devices)
+    checked = preflight.check(loaded, catalog, report, drop_unknown=o.drop_unknown,
+                              allow_backend_mismatch=o.allow_backend_mismatch)
+    env = dict(os.environ if base_env is None else base_env)
     plan = StudyPlan(
-        name=name or f"{loaded.name}-{work.name}-{preset}", space_name=loaded.name,
-        space=checked.space, workload=work, preset=preset, devices=devices, trials=trials,
-        sampler=sampler, seed=seed, timeout_per_trial=timeout_per_trial, steps=steps,
-        warmup=warmup, max_warmup=max_warmup, mode=measure_mode,
-        base_env=dict(os.environ if base_env is None else base_env), command=argv,
-        memory_limit_bytes=limit, prune_margin=prune_margin, objectives=objectives,
-        memory_budget_bytes=budget, fit=fit, racing=racing, heartbeat_s=heartbeat_s,
-        launcher=launcher)
-    arguments = {**locals(), "space": _source(space), "script": _source(script)}  # the args
-    recipe = {key: arguments[key] for key in PLAN_ARGS} | {
-        "workdir": str(Path.cwd()) if command is not None else None,
-        "base_env": {k: v for k, v in plan.base_env.items()
+        name=o.name or f"{loaded.name}-{work.name}-{o.preset}", space_name=loaded.name,
+        space=checked.space, workload=work, options=o, mode=mode, objectives=objectives,
+        base_env=env, command=argv, memory_limit_bytes=limit, memory_budget_bytes=budget)
+    recipe = {
+        "options": o.model_copy(update={"space": _source(o.space),
+                                        "script": _source(o.script)}).model_dump(mode="json"),
+        "workdir": str(Path.cwd()) if o.command is not None else None,
+        "base_env": {k: v for k, v in env.items()
                      if k.startswith(BASE_ENV_PREFIXES) and k not in OWN_ENV},
-        "confirm": confirm, "confirm_repeats": confirm_repeats, "shrink": shrink,
-        "pgle": pgle,
         "autotune": _identity()}
     return PlannedStudy(replace(plan, recipe=recipe), checked, report)
 
@@ -154,9 +127,6 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
         UsageError: a study with no recipe (made before workers existed), or a
             command study whose folder this machine lacks.
     """
-    from autotune.errors import StudyMismatchError
-    from autotune.study.service import AfterSearch
-
     store = open_store(storage, must_exist=True)
     record = store.get_study(name)
     stored = dict(record.plan or {})
@@ -168,12 +138,11 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
     _check_identity(name, recipe.get("autotune") or {})
     if recipe.get("workdir") and recipe.get("command"):
         _enter(name, Path(recipe["workdir"]))
-    args = {k: recipe[k] for k in PLAN_ARGS if k in recipe}
-    if trials is not None:
-        args["trials"] = trials
+    options = StudyOptions.of(**{**recipe.get("options", {}), "name": name,
+                                 **({} if trials is None else {"trials": trials})})
     own = {k: v for k, v in os.environ.items()  # the creator's XLA variables, not ours
            if not k.startswith(BASE_ENV_PREFIXES) or k in OWN_ENV}
-    planned = plan_study(name=name, base_env={**own, **recipe.get("base_env", {})}, **args)
+    planned = plan_study(options, base_env={**own, **recipe.get("base_env", {})})
     mine = planned.plan.recorded()
     differences = [f"{key} {stored.get(key)!r} in the study, {mine[key]!r} here"
                    for key in mine if key in stored and stored[key] != mine[key]]
@@ -182,21 +151,17 @@ def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:
             f"this worker would not measure study {name!r} as it was made: "
             f"{'; '.join(differences)} (file hashes cover the space and workload files): "
             "give every worker the same files and autotune")
-    after = AfterSearch(int(recipe.get("confirm", 3)), int(recipe.get("confirm_repeats", 4)),
-                        bool(recipe.get("shrink", True)), int(recipe.get("pgle", 0)))
-    return Joined(replace(planned, plan=replace(planned.plan, recipe=None)), store, after)
+    return Joined(replace(planned, plan=replace(planned.plan, recipe=None)), store,
+                  AfterSearch.of(options))
 
 
 def _identity() -> dict[str, str]:
     """This autotune: its version and the digest of its sources."""
-    from autotune._resources import VERSION, source_digest
-
     return {"version": VERSION, "source": source_digest()}
 
 
 def _check_identity(name: str, theirs: Mapping[str, Any]) -> None:
     """Refuse to work on a study made by another autotune (version or sources)."""
-    from autotune.errors import StudyMismatchError
 
     mine = _identity()
     if theirs and dict(theirs) != mine:

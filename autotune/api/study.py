@@ -53,7 +53,8 @@ class Study:
         Raises:
             UsageError: this Study was opened for reading (use `Study.create`).
         """
-        from autotune.study.service import AfterSearch, finish, open_runner
+        from autotune.study.options import AfterSearch
+        from autotune.study.service import finish, open_runner
 
         if self.planned is None:
             raise UsageError(f"study {self.name!r} was opened for reading; create it with "

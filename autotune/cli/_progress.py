@@ -21,6 +21,7 @@ from autotune.results.fitted import summary_text
 from autotune.results.shrink import Shrink
 from autotune.study import service
 from autotune.study.measured import BUDGET_ROLES
+from autotune.study.options import AfterSearch
 from autotune.study.plan import ConfirmEvent, PgleEvent, ShrinkEvent
 from autotune.study.runner import StudyRunner
 
@@ -67,7 +68,7 @@ class _Lines(service.Watcher):
                   f"{_confirm_text(event)}", highlight=False)
 
 
-def finish(runner: StudyRunner, after: service.AfterSearch) -> None:
+def finish(runner: StudyRunner, after: AfterSearch) -> None:
     """After the search: confirm, shrink and PGLE as `after` asks (one line per run), then
     print the best table."""
     service.finish(runner, after, _Lines())
@@ -121,8 +122,9 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
                   f"pass --trials {plan.trials + 10} to run more")
         return
     choice = runner.choice
-    out.print(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({plan.preset}, "
-              f"{plan.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
+    o = plan.options
+    out.print(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({o.preset}, "
+              f"{o.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
               f"to run, {plan.mode.value} timing; minimising "
               f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
               + (f" ({literal(choice.reason)})" if choice.reason else "")

@@ -67,9 +67,10 @@ def study(
     workers: Annotated[int, typer.Option(
         min=1, help="Local worker processes to measure with (1: this process); each is an "
                     "`autotune worker` that can be killed alone.")] = 1,
-    heartbeat: Annotated[int, typer.Option(
-        min=1, help="Seconds between a worker's heartbeats; one silent for twice as long "
-                    "is dead, and its trial goes back to the queue.")] = 30,
+    heartbeat_s: Annotated[int, typer.Option(
+        "--heartbeat", min=1, help="Seconds between a worker's heartbeats; one silent for "
+                                   "twice as long is dead, and its trial goes back to the "
+                                   "queue.")] = 30,
     launcher: Annotated[str | None, typer.Option(
         help="Run each trial through a cluster launcher, e.g. \"srun -N 2 "
              "--ntasks-per-node 1 {cmd}\" ({cmd} is the trial; process 0 reports).")] = None,
@@ -80,21 +81,16 @@ def study(
 ) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
-    from autotune.api import plan_study
+    from autotune.api import StudyOptions, plan_study
     from autotune.cli import _progress
-    from autotune.study.service import AfterSearch, open_runner
+    from autotune.study.options import AfterSearch
+    from autotune.study.service import open_runner
 
+    # Every option of the study is a parameter of this command named as its field.
+    given = {k: v for k, v in locals().items() if k in StudyOptions.model_fields}
+    options = StudyOptions.of(**{**given, "prune_margin": prune_margin if prune else None})
     with out.status("checking the space's flags against the installed XLA..."):
-        planned = plan_study(
-            space=space, benchmark=benchmark, script=script, command=command, name=name,
-            trials=trials, sampler=sampler, seed=seed, objective=objective,
-            memory_budget=memory_budget, timeout_per_trial=timeout_per_trial, preset=preset,
-            devices=devices, steps=steps, warmup=warmup, max_warmup=max_warmup, mode=mode,
-            drop_unknown=drop_unknown, allow_backend_mismatch=allow_backend_mismatch,
-            prune_margin=prune_margin if prune else None,
-            trial_memory_limit=trial_memory_limit, fit=fit, racing=racing,
-            heartbeat_s=heartbeat, launcher=launcher, confirm=confirm,
-            confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle)
+        planned = plan_study(options)
     _progress.print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
@@ -105,6 +101,6 @@ def study(
         return
     try:
         _progress.run_with_progress(runner, plan)
-        _progress.finish(runner, AfterSearch(confirm, confirm_repeats, shrink, pgle))
+        _progress.finish(runner, AfterSearch.of(options))
     finally:
         runner.close()

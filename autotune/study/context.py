@@ -87,7 +87,7 @@ class StudyContext:
     @property
     def grace_s(self) -> float:
         """Seconds of silence after which a worker counts as dead: two heartbeats."""
-        return 2.0 * self.plan.heartbeat_s
+        return 2.0 * self.plan.options.heartbeat_s
 
     def runs(self, roles: Sequence[Role] | None = None) -> list[RunRecord]:
         """This environment's stored runs of the study (of `roles`, or all)."""
@@ -104,11 +104,12 @@ class StudyContext:
 
     def launch(self, request: TrialRequest, claim_id: int | None) -> TrialOutcome:
         """Launch one measurement; under a claim, beat its heartbeat every `CLAIM_BEAT_S`
-        seconds (a third of `plan.heartbeat_s` where that is shorter) meanwhile, so
+        seconds (a third of `plan.options.heartbeat_s` where that is shorter) meanwhile, so
         readers see a live worker (`Store.live_claims`)."""
         if claim_id is None:
             return self.launcher.launch(request)
-        with claim_heartbeat(self.store, claim_id, min(CLAIM_BEAT_S, self.plan.heartbeat_s / 3)):
+        every = min(CLAIM_BEAT_S, self.plan.options.heartbeat_s / 3)
+        with claim_heartbeat(self.store, claim_id, every):
             return self.launcher.launch(request)
 
     def record(self, number: int | None, role: Role, flags: Mapping[str, FlagValue],

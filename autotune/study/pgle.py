@@ -124,7 +124,7 @@ def pgle_refusal(plan: StudyPlan) -> str | None:
     if plan.mode is not MeasureMode.PAIRED:
         return "PGLE needs --mode paired: a profile is timed against its configuration in " \
                "one process"
-    if plan.launcher is not None:
+    if plan.options.launcher is not None:
         return "PGLE does not run through --launcher yet: one process writes the profile"
     return None
 
@@ -151,7 +151,7 @@ def study_pgle(ctx: StudyContext, top: int, repeats: int,
     targets = [(n, f) for n, f in pgle_targets(ctx.runs(), plan.objectives,
                                                plan.memory_budget_bytes, ctx.judge.catalog, top)
                if ctx.judge.request(f).job.compiler_options is not None]
-    model = model_identity(plan.workload, plan.preset, plan.devices, plan.command)
+    model = model_identity(plan.workload, plan.options.preset, plan.options.devices, plan.command)
     with tempfile.TemporaryDirectory(prefix="autotune-pgle-") as folder:
         for number, flags in targets:
             _study_target(ctx, number, flags, repeats, model, Path(folder), on_run)

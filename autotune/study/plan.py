@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.protocol import Job
 from autotune.records import MeasureMode, Role, TrialOutcome
 from autotune.results.shrink import Step
 from autotune.spaces import Space
-from autotune.study.samplers import Objective, SamplerChoice, choose_sampler
+from autotune.study.options import StudyOptions
+from autotune.study.samplers import Objective, SamplerChoice, choose_sampler, parse_objectives
 from autotune.study.trials import RequestSettings, with_device_count
 from autotune.workloads import WorkloadInfo
 
@@ -32,73 +32,75 @@ FIT_KEY = "fit:space"
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """What the user asked for; validated before anything touches the database."""
+    """A study's options (`StudyOptions`) resolved: the space loaded and checked, the
+    workload found, the mode, objectives and sizes parsed; validated before anything
+    touches the database (`autotune.api.plan_study`, or `StudyPlan.of` for a plan built
+    in code)."""
 
     name: str
     space_name: str
     space: Space
     workload: WorkloadInfo
-    preset: str = "small"
-    devices: int = 8
-    trials: int = 12
-    sampler: str = "auto"
-    seed: int | None = None
-    timeout_per_trial: float = 300.0
-    steps: int = 20
-    warmup: int = 2
-    max_warmup: int = 30
+    options: StudyOptions
     mode: MeasureMode = MeasureMode.PAIRED
+    objectives: tuple[Objective, ...] = (Objective.TIME,)
     base_env: Mapping[str, str] = field(default_factory=dict)
     command: tuple[str, ...] | None = None
     memory_limit_bytes: int | None = None
-    prune_margin: float | None = 1.3
-    objectives: tuple[Objective, ...] = (Objective.TIME,)
     memory_budget_bytes: int | None = None
-    #: Seconds between heartbeats (Optuna's of a trial, ours of a claim every third of it);
-    #: a worker silent for twice this long is dead: its trial failed and queued again.
-    heartbeat_s: int = 30
-    racing: bool = True
-    fit: bool = True
-    #: A cluster launcher template each trial runs through (`{cmd}` is the child), or None.
-    launcher: str | None = None
     #: How a worker rebuilds this plan (`autotune.api.join_study`): stored by `prepare`
     #: with the study; None (a worker's own plan, or the Python API's) stores nothing.
     recipe: Mapping[str, Any] | None = field(default=None, compare=False)
 
+    @classmethod
+    def of(cls, *, name: str, space: Space, workload: WorkloadInfo,
+           base_env: Mapping[str, str] | None = None,
+           objectives: tuple[Objective, ...] | None = None,
+           memory_budget_bytes: int | None = None, **options: Any) -> StudyPlan:
+        """A plan built in code (recorded tables, benchmarks, tests): `options` are
+        `StudyOptions` fields; mode and objectives are parsed (or given), no probe is run."""
+        if objectives is not None:
+            options["objective"] = ",".join(o.value for o in objectives)
+        opts = StudyOptions.of(space=space.name, name=name, benchmark=workload.name, **options)
+        return cls(name, space.name, space, workload, opts, MeasureMode(opts.mode),
+                   parse_objectives(opts.objective), dict(base_env or {}),
+                   memory_budget_bytes=memory_budget_bytes)
+
+    @property
+    def trials(self) -> int:
+        """Trials the study should hold in all (`options.trials`)."""
+        return self.options.trials
+
     def recorded(self) -> dict[str, Any]:
-        """The plan fields stored with the study, beyond its columns (JSON-ready).
+        """The plan stored with the study, beyond its columns (JSON-ready).
 
         A re-run must ask for the same: the space file's and workload file's
-        content (hashed), the command, steps, warm-up, sampler, prune margin
-        and the time and memory limits of a trial, whether the space is
-        fitted to the workload (`fit`), and the cluster launcher (`launcher`).
-        `trials` and `seed` may change (running more trials continues the study).
+        content (hashed), the command, the trial's memory limit in bytes, and
+        every option `StudyOptions.recorded` names (steps, warm-up, sampler,
+        prune margin, the time limit of a trial, fitting, the cluster
+        launcher, ...). `trials` and `seed` may change (running more trials
+        continues the study).
         """
         return {
             "space_sha256": _sha256(self.space.path),
             "workload_sha256": None if self.command else _sha256(self.workload.path),
             "command": list(self.command) if self.command else None,
-            "steps": self.steps, "warmup": self.warmup, "max_warmup": self.max_warmup,
-            "sampler": self.sampler, "prune_margin": self.prune_margin,
-            "timeout_per_trial": self.timeout_per_trial,
             "memory_limit_bytes": self.memory_limit_bytes,
-            "fit": self.fit,
-            "launcher": self.launcher,
+            **self.options.recorded(),
         }
 
     def sampler_choice(self) -> SamplerChoice:
         """The sampler to run (`auto` resolved). Raises UsageError for a bad choice."""
-        return choose_sampler(self.sampler, self.objectives, self.space, self.trials)
+        return choose_sampler(self.options.sampler, self.objectives, self.space, self.trials)
 
     def settings(self) -> RequestSettings:
-        """What every trial request of this study shares."""
+        """What every trial request of this study shares (the job from the options)."""
+        o = self.options
         return RequestSettings(
-            workload=self.workload.path, preset=self.preset, mode=self.mode,
-            base_env=with_device_count(self.base_env, self.devices),
-            job=Job(steps=self.steps, warmup=self.warmup, max_warmup=self.max_warmup),
-            timeout_s=self.timeout_per_trial,
-            memory_limit_bytes=self.memory_limit_bytes, command=self.command,
-            launcher=self.launcher)
+            workload=self.workload.path, preset=o.preset, mode=self.mode,
+            base_env=with_device_count(self.base_env, o.devices), job=o.job(),
+            timeout_s=o.timeout_per_trial, memory_limit_bytes=self.memory_limit_bytes,
+            command=self.command, launcher=o.launcher)
 
     @property
     def paired(self) -> bool:

@@ -5,7 +5,7 @@ evidence is the compiled program (`autotune.results.evidence`). While the
 leader is backed by too few processes, each step of the study measures it
 again (role RACE, claim `race:TRIAL:N`, counted in `--trials`) instead of
 asking Optuna for something new. Racing is for PAIRED studies of the time
-objective alone, and can be switched off (`plan.racing`).
+objective alone, and can be switched off (`options.racing`).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def race(ctx: StudyContext, view: StudyView) -> tuple[str, RunRecord | None]:
 
 def leader(ctx: StudyContext, view: StudyView) -> ProgramEvidence | None:
     """The program to measure again now (`results.evidence.race_target`), or None: racing
-    is off (`plan.racing` False, DIRECT mode, an objective other than time alone) or the
+    is off (`options.racing` False, DIRECT mode, an objective other than time alone) or the
     baseline is not measured yet."""
     plan = ctx.plan
-    if not (plan.racing and plan.paired and plan.time_only and view.index.baseline_ok()):
+    if not (plan.options.racing and plan.paired and plan.time_only and view.index.baseline_ok()):
         return None
     return race_target(pooled(view.runs, lambda r: within_budget(r, plan.memory_budget_bytes)))

@@ -133,7 +133,8 @@ class StudyRunner:
             StudyMismatchError: the stored study was made with other settings.
         """
         p = self.plan
-        self.store.ensure_study(p.name, p.space_name, p.workload.name, p.preset, p.devices, p.mode,
+        self.store.ensure_study(p.name, p.space_name, p.workload.name, p.options.preset,
+                                p.options.devices, p.mode,
                                 space_backend=p.space.backend,
                                 objectives=[o.value for o in p.objectives],
                                 memory_budget_bytes=p.memory_budget_bytes, plan=p.recorded())
@@ -238,7 +239,7 @@ class StudyRunner:
         Returns:
             The fit in use, or None when the plan says `fit=False`.
         """
-        if self._fit is not None or not self.plan.fit:
+        if self._fit is not None or not self.plan.options.fit:
             return self._fit
         self._fit = fit_phase.stored_fit(self.ctx, study)
         if self._fit.skipped is None:
@@ -273,7 +274,7 @@ class StudyRunner:
         return optuna.create_study(
             study_name=self.plan.name, storage=self._optuna_storage(),
             directions=["minimize"] * len(self.plan.objectives),
-            sampler=make_sampler(self.choice, self.plan.seed, len(self.plan.objectives)),
+            sampler=make_sampler(self.choice, self.plan.options.seed, len(self.plan.objectives)),
             load_if_exists=True,
         )
 
@@ -281,7 +282,8 @@ class StudyRunner:
         """Optuna's storage with heartbeats (stale trials failed, retried once)."""
         if not isinstance(self.storage, str):
             return self.storage
-        self._rdb = rdb_storage(self.storage, create=True, heartbeat_s=self.plan.heartbeat_s)
+        self._rdb = rdb_storage(self.storage, create=True,
+                                heartbeat_s=self.plan.options.heartbeat_s)
         return self._rdb
 
     def close(self) -> None:

@@ -212,7 +212,7 @@ class Search:
         if self._grid is None:
             space, catalog = self.space, self.ctx.judge.catalog
             self._grid = [(p, config_key(effective_config(space.sample(FixedTrial(p)), catalog)))
-                          for p in grid_order(space, self.ctx.plan.seed)]
+                          for p in grid_order(space, self.ctx.plan.options.seed)]
         return self._grid
 
     def _prune_ratio(self, index: MeasuredIndex) -> float | None:
@@ -221,7 +221,7 @@ class Search:
         See `autotune.stopping.prune_limit` for when no limit is set.
         """
         plan = self.ctx.plan
-        return prune_limit(plan.prune_margin, index.best_ratio(plan.memory_budget_bytes),
+        return prune_limit(plan.options.prune_margin, index.best_ratio(plan.memory_budget_bytes),
                            paired=plan.paired, time_only=plan.time_only)
 
     def _prune_curve(self, index: MeasuredIndex) -> tuple[float | None, ...] | None:
@@ -242,7 +242,7 @@ class Search:
                 self._running[run.id] = running_ratios(m.step_times_s, m.baseline_step_times_s)
         ratios = (self._running[r.id] for r in index.runs.values() if r.id in self._running)
         plan = self.ctx.plan
-        curve = prune_curve(plan.prune_margin, ratios, paired=plan.paired,
+        curve = prune_curve(plan.options.prune_margin, ratios, paired=plan.paired,
                             time_only=plan.time_only)
         return None if curve is None else tuple(curve)
 

@@ -8,34 +8,15 @@ reaches them through a `Watcher`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from autotune.launcher import SubprocessLauncher
 from autotune.records import Environment
 from autotune.results.shrink import Shrink
 from autotune.storage.store import Store
+from autotune.study.options import AfterSearch
 from autotune.study.pgle import pgle_refusal
 from autotune.study.plan import ConfirmEvent, PgleEvent, ShrinkEvent, StudyPlan
 from autotune.study.runner import StudyRunner
 from autotune.study.samplers import Objective
-
-
-@dataclass(frozen=True)
-class AfterSearch:
-    """What a study does once its search is done (the recipe keeps it for workers).
-
-    Attributes:
-        confirm: re-measure the best K configurations (0: skip everything after).
-        confirm_repeats: fresh processes per confirmed configuration (and per
-            shrinking and PGLE measurement).
-        shrink: shrink the recommendation to the flags that matter.
-        pgle: measure the best K again with a PGLE profile each (0: off).
-    """
-
-    confirm: int = 3
-    confirm_repeats: int = 4
-    shrink: bool = True
-    pgle: int = 0
 
 
 class Watcher:

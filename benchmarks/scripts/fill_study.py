@@ -352,7 +352,7 @@ class Filler:
 
 
 def study_plan(name: str, trials: int, seed: int) -> StudyPlan:
-    return StudyPlan(name=name, space_name="cpu", space=load_space("cpu"),
+    return StudyPlan.of(name=name, space=load_space("cpu"),
                      workload=resolve_benchmark("transformer"), preset="small", devices=8,
                      trials=trials, seed=seed)
 
@@ -360,9 +360,9 @@ def study_plan(name: str, trials: int, seed: int) -> StudyPlan:
 def fill(store: Store, plan: StudyPlan, seed: int) -> int:
     """Make the study up and store it; returns how many runs were stored."""
     catalog = load_catalog()
-    store.ensure_study(plan.name, plan.space_name, plan.workload.name, plan.preset, plan.devices,
-                       plan.mode, space_backend=plan.space.backend, objectives=["time"],
-                       plan=plan.recorded())
+    store.ensure_study(plan.name, plan.space_name, plan.workload.name, plan.options.preset,
+                       plan.options.devices, plan.mode, space_backend=plan.space.backend,
+                       objectives=["time"], plan=plan.recorded())
     wide = replace(plan.space, params={**plan.space.params, **{p.name: p for p in INERT}})
     versions = (_version("jax"), _version("jaxlib"))
     filler = Filler(plan.name, wide, catalog, random.Random(seed), versions)

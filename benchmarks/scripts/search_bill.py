@@ -80,7 +80,7 @@ def one_answer(job: tuple[str, str, int, int]) -> tuple[bool, float]:
     path, variant, seed, budget = job
     table, space, catalog = efficiency._loaded(path)
     sampler, racing, fit = VARIANTS[variant]
-    plan = StudyPlan(name=f"{variant}-{seed}", space_name=space.name, space=space,
+    plan = StudyPlan.of(name=f"{variant}-{seed}", space=space,
                      workload=resolve_benchmark(table.meta["benchmark"]), trials=budget * 20,
                      sampler=sampler, seed=seed, racing=racing, fit=fit)
     store = Store.open("sqlite://")

@@ -174,7 +174,7 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
     from autotune.study.runner import StudyRunner
     from autotune.workloads import resolve_benchmark
 
-    plan = StudyPlan(name=f"{sampler}-{seed}", space_name=space.name, space=space,
+    plan = StudyPlan.of(name=f"{sampler}-{seed}", space=space,
                      workload=resolve_benchmark(table.meta["benchmark"]), trials=timed * 20,
                      sampler=sampler, seed=seed, racing=rule == "study", fit=rule == "study")
     store = Store.open("sqlite://")

@@ -70,7 +70,7 @@ def _plan(table_path: str, trials: int, sampler: str = "grid"):
 
     table = ReplayTable.load(table_path)
     space = load_space(str(ROOT / table.meta["space"]))
-    return table, StudyPlan(name="throughput", space_name=space.name, space=space,
+    return table, StudyPlan.of(name="throughput", space=space,
                             workload=resolve_benchmark(table.meta["benchmark"]),
                             trials=trials, heartbeat_s=10, sampler=sampler, fit=False)
 

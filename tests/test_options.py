@@ -1,0 +1,63 @@
+"""`StudyOptions`: one record of a study's options, from which the rest is derived."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields
+
+import pytest
+
+from autotune.cli.study import study as study_command
+from autotune.errors import UsageError
+from autotune.protocol import Job
+from autotune.spaces import load_space
+from autotune.study.options import JOB_FIELDS, NOT_RECORDED, AfterSearch, StudyOptions
+from autotune.study.plan import StudyPlan
+from autotune.workloads import resolve_benchmark
+
+
+def test_every_option_is_a_parameter_of_the_study_command_with_the_same_default():
+    """Adding an option is a field and its command-line option: forgetting the second, or
+    giving it another default, fails here."""
+    parameters = inspect.signature(study_command).parameters
+    for name, info in StudyOptions.model_fields.items():
+        assert name in parameters, f"`autotune study` has no option for {name!r}"
+        if not info.is_required():
+            assert parameters[name].default == info.default, name
+
+
+def test_the_job_carries_every_option_named_as_a_job_field():
+    options = StudyOptions(space="cpu", steps=7, warmup=3, max_warmup=9)
+    job = options.job()
+    shared = set(StudyOptions.model_fields) & {f.name for f in fields(Job)}
+    assert shared == set(StudyOptions.model_fields) & JOB_FIELDS
+    assert {"steps", "warmup", "max_warmup"} <= shared
+    assert all(getattr(job, name) == getattr(options, name) for name in shared)
+    assert job.compiler_options is None and job.phases == Job().phases
+
+
+def test_a_plan_records_its_file_hashes_and_every_option_a_rerun_must_match():
+    plan = StudyPlan.of(name="s", space=load_space("cpu"), workload=resolve_benchmark("matmul"),
+                        trials=5, seed=3, steps=9, prune_margin=None)
+    recorded = plan.recorded()
+    assert {"space_sha256", "workload_sha256", "command", "memory_limit_bytes", "steps",
+            "warmup", "max_warmup", "sampler", "prune_margin", "timeout_per_trial", "fit",
+            "launcher"} <= set(recorded)
+    assert not set(recorded) & (NOT_RECORDED - {"command"})  # trials and seed may change
+    assert recorded["steps"] == 9 and recorded["prune_margin"] is None
+    assert plan.settings().job.steps == 9 and plan.trials == 5
+
+
+@pytest.mark.parametrize(("values", "words"), [
+    ({"space": "cpu", "trails": 3}, "trails: Extra inputs are not permitted"),
+    ({"space": "cpu", "trials": 0}, "trials: Input should be greater than or equal to 1"),
+    ({"trials": 3}, "space: Field required"),
+])
+def test_a_bad_option_is_refused_naming_it(values, words):
+    with pytest.raises(UsageError, match="study options refused: .*" + words):
+        StudyOptions.of(**values)
+
+
+def test_what_happens_after_the_search_comes_from_the_options():
+    options = StudyOptions(space="cpu", confirm=2, confirm_repeats=5, shrink=False, pgle=1)
+    assert AfterSearch.of(options) == AfterSearch(2, 5, False, 1)
