@@ -39,6 +39,9 @@ def study(
         min=1, help="Minimum warm-up rounds after the first step.")] = 2,
     max_warmup: Annotated[int, typer.Option(
         min=1, help="Warm-up rounds at most, while step times have not settled.")] = 30,
+    settle_tolerance: Annotated[float, typer.Option(
+        min=0.001, max=0.5, help="Warm-up ends once the last 5 steps of every executable lie "
+                                 "within this fraction of their median (0.05: 5%).")] = 0.05,
     mode: Annotated[str, typer.Option(help="paired (in-process vs baseline) or direct.")]
     = "paired",
     drop_unknown: Annotated[bool, typer.Option(

@@ -56,6 +56,9 @@ class StudyOptions(BaseModel):
     steps: int = Field(20, ge=1, description="Timed steps per trial.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
     max_warmup: int = Field(30, ge=1, description="Warm-up rounds at most.")
+    settle_tolerance: float = Field(0.05, gt=0, lt=1, description=(
+        "Warm-up ends once the last steps of every executable lie within this fraction of "
+        "their median."))
     mode: str = Field("paired", description="paired (in-process vs baseline) or direct.")
     drop_unknown: bool = Field(False, description="Leave out flags this XLA does not know.")
     allow_backend_mismatch: bool = Field(False, description="Run a space meant for another "
