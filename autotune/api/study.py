@@ -74,21 +74,19 @@ class Study:
     def best(self, limit: int = 10) -> list[dict[str, Any]]:
         """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
         from autotune.flags.catalog import load_catalog
-        from autotune.results.fitted import with_fit
-        from autotune.results.ranking import best_row_json, best_rows
+        from autotune.results.study_results import StudyResults
 
         record, runs = self._read()
-        rows = best_rows(runs, load_catalog(), limit=limit,
-                         memory_budget=record.memory_budget_bytes, objectives=record.objectives)
-        return with_fit([best_row_json(row) for row in rows], record)
+        results = StudyResults.of(record, runs, load_catalog())
+        return results.best_json(results.rows(limit))
 
     def recommendation(self) -> dict[str, Any]:
         """What autotune recommends: `{recommended, trial, reason}` (trial None: XLA's
         defaults)."""
-        from autotune.results.ranking import recommend
+        from autotune.flags.catalog import load_catalog
+        from autotune.results.study_results import StudyResults
 
-        record, runs = self._read()
-        rec = recommend(runs, record.objectives, record.memory_budget_bytes)
+        rec = StudyResults.of(*self._read(), load_catalog()).recommendation
         return {"recommended": rec.recommended,
                 "trial": rec.run.trial_number if rec.run is not None else None,
                 "reason": rec.reason}

@@ -36,27 +36,20 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
         UsageError: no environment, or several, match `environment`.
     """
     from autotune.flags.catalog import load_catalog
-    from autotune.results.fitted import with_fit
     from autotune.results.notes import environment_header, study_notes
-    from autotune.results.ranking import (
-        best_row_json,
-        best_rows,
-        environments,
-        ordered,
-        recommend,
-    )
+    from autotune.results.ranking import environments
+    from autotune.results.study_results import StudyResults
 
     record = store.get_study(study_name)
     runs = store.runs(study_name)
     if environment is not None:
         runs = _environment_runs(study_name, runs, environment)
-    order = ordered(runs, record.objectives, record.memory_budget_bytes)
-    rows = best_rows(runs, load_catalog(), limit=limit, memory_budget=record.memory_budget_bytes,
-                     objectives=record.objectives, order=order)
+    results = StudyResults.of(record, runs, load_catalog())
+    rows = results.rows(limit)
     if fmt == OutputFormat.JSON:
-        print_json(with_fit([best_row_json(row) for row in rows], record))
+        print_json(results.best_json(rows))
         return
-    rec = recommend(runs, record.objectives, record.memory_budget_bytes, order=order)
+    rec = results.recommendation
     out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
                       if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
               highlight=False, width=TABLE_WIDTH)

@@ -26,14 +26,12 @@ from autotune.records import (
     WorkerRecord,
 )
 from autotune.results.confirmation import confirmation
-from autotune.results.fitted import fit_json, with_fit
+from autotune.results.fitted import fit_json
 from autotune.results.notes import study_notes
 from autotune.results.ranking import (
     RANKED_ROLES,
     Order,
     Recommendation,
-    best_row_json,
-    best_rows,
     changed_flags,
     main_runs,
     ordered,
@@ -44,6 +42,7 @@ from autotune.results.ranking import (
     verdict_text,
 )
 from autotune.results.shrink import Effect, Shrink, shrink
+from autotune.results.study_results import StudyResults
 
 #: How many messages of one failure kind a page lists (the count says how many there were).
 MESSAGES_PER_KIND = 5
@@ -269,15 +268,14 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
     None when the study has no fit). The charts show the main environment's runs
     (`ranking.main_runs`): step times and ratios of two environments do not compare.
     """
-    order = ordered(runs, record.objectives, record.memory_budget_bytes)
-    rows = best_rows(runs, catalog, limit=limit, memory_budget=record.memory_budget_bytes,
-                     objectives=record.objectives, order=order)
-    rec, state = _recommended(record, runs, catalog, order)
+    results = StudyResults.of(record, runs, catalog)
+    rows = results.rows(limit)
+    rec, state = _recommended(record, runs, catalog, results.order)
     return {
         "study": study_header(record),
-        "summary": study_summary(record, runs, workers, order),
+        "summary": study_summary(record, runs, workers, results.order),
         "recommendation": recommendation_view(rec, state, catalog),
-        "best": with_fit([best_row_json(row) for row in rows], record),
+        "best": results.best_json(rows),
         "programs": program_groups(runs, [row.run.trial_number for row in rows]),
         "notes": [{"kind": n.kind, "text": n.text} for n in study_notes(record, runs, rows)],
         "best_so_far": best_so_far(main_runs(runs)),  # one environment's ratios: comparable
