@@ -555,7 +555,7 @@ def test_reading_a_study_never_imports_alembic(url: str) -> None:
 
 
 def test_the_json_columns_read_back_whatever_their_spacing() -> None:
-    from autotune.storage.store import _json_loads
+    from autotune.storage.engine import _json_loads
 
     assert _json_loads('{"a": [1, 2.5]}') == {"a": [1, 2.5]}
     assert _json_loads(' [1] ') == [1] and _json_loads("null") is None

@@ -15,6 +15,8 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from autotune.records import ArtifactRecord
+from autotune.storage._base import StoreBase
 from autotune.storage.models import ArtifactRow
 
 #: The columns that tell one artifact from another (`uq_autotune_artifacts_identity`).
@@ -79,3 +81,57 @@ def of_study(session: Session, study_id: int, kind: str | None) -> Sequence[Arti
     if kind is not None:
         query = query.where(ArtifactRow.kind == kind)
     return session.scalars(query.order_by(ArtifactRow.trial_number, ArtifactRow.id)).all()
+
+
+class ArtifactsMixin(StoreBase):
+    """The artifacts of `Store` (see its docstring for what every method may raise)."""
+
+    def put_artifact(self, study: str, trial_number: int, env_key: str, kind: str,
+                     content: str, meta: Mapping[str, Any]) -> None:
+        """Store a file trial `trial_number` produced in the environment `env_key`.
+
+        One transaction. An artifact with the same (study, `env_key`,
+        `trial_number`, `kind`) is replaced, content, `meta` and time: a
+        re-collected profile wins; of two processes storing it at once, the
+        last to commit.
+
+        Args:
+            study: the study.
+            trial_number: the trial that produced it.
+            env_key: the environment it was produced in (see `Store.claim`).
+            kind: what it is, e.g. `"pgle-profile"` (1 to 32 characters).
+            content: the file's text, whole (no NUL characters).
+            meta: a JSON-ready document of what it belongs to.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+            ValueError: `kind`, `env_key` or `content` out of what the columns hold.
+        """
+        check(env_key, kind, content)
+        with self._session() as session:
+            study_id = self._study_row(session, study).id
+            put(session, study_id, trial_number, env_key, kind, content, meta)
+
+    def artifact(self, study: str, trial_number: int, env_key: str,
+                 kind: str) -> ArtifactRecord | None:
+        """The artifact of that trial, environment and kind; None when none is stored.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+        """
+        with self._session() as session:
+            row = self._study_row(session, study)
+            found = one(session, row.id, trial_number, env_key, kind)
+            return None if found is None else found.to_record(row.name)
+
+    def artifacts(self, study: str, kind: str | None = None) -> list[ArtifactRecord]:
+        """The study's artifacts (of one `kind`, or all; every environment), by trial
+        number, then in the order they were first stored. Each carries its content.
+
+        Raises:
+            StudyNotFoundError: no study called `study`.
+        """
+        with self._session() as session:
+            row = self._study_row(session, study)
+            return [found.to_record(row.name)
+                    for found in of_study(session, row.id, kind)]
