@@ -17,13 +17,24 @@ from autotune.workloads import resolve_benchmark
 
 
 def test_every_option_is_a_parameter_of_the_study_command_with_the_same_default():
-    """Adding an option is a field and its command-line option: forgetting the second, or
-    giving it another default, fails here."""
+    """The command makes one option of each field: its default, its bounds and its help."""
     parameters = inspect.signature(study_command).parameters
     for name, info in StudyOptions.model_fields.items():
         assert name in parameters, f"`autotune study` has no option for {name!r}"
         if not info.is_required():
             assert parameters[name].default == info.default, name
+    assert {"storage", "workers", "prune"} <= set(parameters)  # the command's own
+
+
+def test_an_option_out_of_the_fields_bounds_is_refused_by_the_command(tmp_path):
+    from cli_runner import invoke
+
+    done = invoke("study", "--space", "cpu", "--steps", "2", cwd=tmp_path)
+    assert done.exit_code == 2 and "--steps" in done.output
+    assert "greater than or equal to 3" in " ".join(done.output.split())
+    done = invoke("study", "--space", "cpu", "--heartbeat", "0", cwd=tmp_path)
+    assert done.exit_code == 2 and "--heartbeat" in done.output
+    assert not (tmp_path / "autotune.db").exists()
 
 
 def test_the_job_carries_every_option_named_as_a_job_field():

@@ -6,8 +6,8 @@ recipe. Everything else is derived from it: the plan (`autotune.api.plan_study`
 resolves the space, the workload and the sizes), what a re-run must match
 (`recorded`), the job every trial's child gets (`job`: the options named as
 `autotune.protocol.Job` fields) and what happens after the search
-(`AfterSearch.of`). Adding an option is adding a field here, its command-line
-option, and a line in the README.
+(`AfterSearch.of`). Adding an option is adding a field here (the command line
+makes its option from it) and a line in the README.
 """
 
 from __future__ import annotations
@@ -35,47 +35,76 @@ JOB_FIELDS = frozenset(f.name for f in fields(Job))
 
 
 class StudyOptions(BaseModel):
-    """What the user asked a study to do (the defaults are `autotune study`'s)."""
+    """What the user asked a study to do.
+
+    `autotune study` has one option per field, made from it (`autotune.cli.study`):
+    `--NAME` (or the field's `option`), its description as the help, its bounds as
+    the option's. A field named as a `Job` field reaches every trial's child.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     space: str = Field(description="Search space name or YAML file.")
     benchmark: str = Field("transformer", description="Built-in benchmark to tune.")
-    script: str | None = Field(None, description="Your own workload file.")
-    command: str | None = Field(None, description="Your own program, measuring through "
-                                "autotune.bench.report().")
-    name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET).")
+    script: str | None = Field(None, description=(
+        "Your own workload file defining workload(preset) (see the README)."))
+    command: str | None = Field(None, description=(
+        "Tune any program that measures through autotune.bench.report() (split like a shell "
+        "would, never run by one)."))
     trials: int = Field(12, ge=1, description="Trials the study should hold in all.")
-    sampler: str = Field("auto", description="auto, tpe, random, grid, nsga2 or gp.")
+    name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET).")
+    sampler: str = Field("auto", description=(
+        "auto, tpe, random, grid, nsga2 or gp (auto: grid when the whole space fits in "
+        "--trials, else tpe for one objective and nsga2 for two)."))
     seed: int | None = Field(None, description="Seed of the sampler.")
-    objective: str = Field("time", description="time, memory, or time,memory.")
-    memory_budget: str | None = Field(None, description="Peak memory a configuration may use.")
-    timeout_per_trial: float = Field(300.0, gt=0, description="Seconds per trial.")
+    objective: str = Field("time", description=(
+        "time, memory, or time,memory for a Pareto front of both."))
+    memory_budget: str | None = Field(None, description=(
+        "Peak memory a configuration may use, e.g. 12GiB: those above it are infeasible and "
+        "never reported as the winner."))
+    timeout_per_trial: float = Field(300.0, ge=1, description="Seconds per trial.")
     preset: str = Field("small", description="Workload size: tiny, small or large.")
     devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
-    steps: int = Field(20, ge=1, description="Timed steps per trial.")
+    steps: int = Field(20, ge=3, description="Timed steps per trial.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
-    max_warmup: int = Field(30, ge=1, description="Warm-up rounds at most.")
-    settle_tolerance: float = Field(0.05, gt=0, lt=1, description=(
-        "Warm-up ends once the last steps of every executable lie within this fraction of "
-        "their median."))
+    max_warmup: int = Field(30, ge=1, description=(
+        "Warm-up rounds at most, while step times have not settled."))
+    settle_tolerance: float = Field(0.05, ge=0.001, le=0.5, description=(
+        "Warm-up ends once the last 5 steps of every executable lie within this fraction of "
+        "their median (0.05: 5%)."))
     mode: str = Field("paired", description="paired (in-process vs baseline) or direct.")
-    drop_unknown: bool = Field(False, description="Leave out flags this XLA does not know.")
-    allow_backend_mismatch: bool = Field(False, description="Run a space meant for another "
-                                         "backend.")
-    prune_margin: float | None = Field(1.3, ge=1.0, description="Stop a trial once it is this "
-                                       "many times slower than the best (None: never).")
-    trial_memory_limit: str | None = Field(None, description="Address-space limit of a trial.")
-    fit: bool = Field(True, description="Fit the space to the workload after its baseline.")
-    racing: bool = Field(True, description="Measure the search's leader again.")
-    heartbeat_s: int = Field(30, ge=1, description="Seconds between a worker's heartbeats.")
-    launcher: str | None = Field(None, description="A cluster launcher template with {cmd}.")
-    confirm: int = Field(3, ge=0, description="Configurations confirmed after the search.")
-    confirm_repeats: int = Field(4, ge=1, description="Fresh processes per confirmation.")
-    shrink: bool = Field(True, description="Shrink the recommendation to the flags that "
-                         "matter.")
-    pgle: int = Field(0, ge=0, description="Configurations measured again with a PGLE "
-                      "profile.")
+    drop_unknown: bool = Field(False, description=(
+        "Leave out the space's flags this XLA does not know, instead of stopping."))
+    allow_backend_mismatch: bool = Field(False, description=(
+        "Run a space meant for another backend than JAX reports here."))
+    confirm: int = Field(3, ge=0, description=(
+        "Re-measure the best K configurations after the search (0: skip)."))
+    confirm_repeats: int = Field(4, ge=2, description=(
+        "Fresh processes per confirmed configuration."))
+    prune_margin: float | None = Field(1.3, ge=1.0, description=(
+        "Stop a trial once it is this many times slower than the best so far (paired mode)."))
+    shrink: bool = Field(True, description=(
+        "After confirmation, drop the recommended configuration's flags that do not matter "
+        "(compile without each, then time without each; paired mode)."))
+    trial_memory_limit: str | None = Field(None, description=(
+        "Address-space limit of each trial process, e.g. 16GiB (default: none)."))
+    fit: bool = Field(True, description=(
+        "Fit the space to the workload after its baseline: drop flags that cannot act on its "
+        "program, clip thresholds to its collectives' sizes (see `best`)."))
+    racing: bool = Field(True, description=(
+        "Measure the search's leader again until 3 processes back it, before sampling more "
+        "(counted in --trials; paired mode, time objective)."))
+    heartbeat_s: int = Field(30, ge=1, json_schema_extra={"option": "--heartbeat"},
+                             description=(
+        "Seconds between a worker's heartbeats; one silent for twice as long is dead, and "
+        "its trial goes back to the queue."))
+    launcher: str | None = Field(None, description=(
+        'Run each trial through a cluster launcher, e.g. "srun -N 2 --ntasks-per-node 1 '
+        '{cmd}" ({cmd} is the trial; process 0 reports).'))
+    pgle: int = Field(0, ge=0, description=(
+        "After confirmation, measure the best K configurations again with a PGLE profile "
+        "collected for each; `export` carries a profile that is confirmed faster (paired "
+        "mode; 0: off)."))
 
     @field_validator("space", "script", mode="before")
     @classmethod
