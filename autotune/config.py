@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError
 
+from autotune import pgle as rules
 from autotune.errors import BackendStartedError, ConfigFileError, UsageError
 from autotune.flags.catalog import Catalog, Channel, load_catalog
 from autotune.flags.compose import (
@@ -230,8 +231,6 @@ def _with_profile(file: Path, flags: dict[str, FlagValue], section: object) -> d
         ConfigFileError: the profile is missing, unreadable or stale (every reason named).
     """
     import importlib.metadata
-
-    from autotune import pgle as rules
 
     name = section.get("profile") if isinstance(section, dict) else None
     if not name:

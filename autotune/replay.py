@@ -24,8 +24,10 @@ from typing import Any
 from autotune.flags import compose
 from autotune.launcher import Launcher, TrialRequest
 from autotune.measurement import measurement_from_body
+from autotune.protocol import PRUNE_AFTER
 from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
 from autotune.stats import paired_ratio
+from autotune.stopping import prune_point, prune_verdict
 
 TABLE_KIND = "autotune-replay-table"
 TABLE_SCHEMA_VERSION = 1
@@ -265,9 +267,6 @@ def _outcome(run: Mapping[str, Any], prune_ratio: float | None,
     """A recorded run as the outcome of a PAIRED trial, pruned where the child's rules
     (the margin `prune_ratio` and the median `prune_curve`, `autotune.stopping.prune_verdict`)
     would have stopped it: its steps cut there, its message the child's."""
-    from autotune.protocol import PRUNE_AFTER
-    from autotune.stopping import prune_point, prune_verdict
-
     body = {"mode": "paired", "backend": "cpu", **run}
     kind = OutcomeKind(body.get("status", "ok"))
     if kind is OutcomeKind.OK and (prune_ratio is not None or prune_curve is not None):

@@ -24,20 +24,41 @@ jax: the heavy parts are imported by the functions that need them.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from autotune.api.inputs import one_of
-from autotune.api.plan import (
-    BASE_ENV_PREFIXES,
-    OWN_ENV,
-    Joined,
-    PlannedStudy,
-    join_study,
-    plan_study,
-)
-from autotune.api.profiling import PgleResult, pgle
 from autotune.api.store import DEFAULT_STORAGE, open_store, require_database, sqlite_file
-from autotune.api.study import Study
-from autotune.study.options import StudyOptions
+
+if TYPE_CHECKING:
+    from autotune.api.plan import (
+        BASE_ENV_PREFIXES,
+        OWN_ENV,
+        Joined,
+        PlannedStudy,
+        join_study,
+        plan_study,
+    )
+    from autotune.api.profiling import PgleResult, pgle
+    from autotune.api.study import Study
+    from autotune.study.options import StudyOptions
+
+#: Where each name that planning or running needs lives. They are imported on first use
+#: (PEP 562), so that the command line, which takes the store's helpers from here at start,
+#: does not load the space and study machinery before a command needs it.
+_LAZY = {"BASE_ENV_PREFIXES": "autotune.api.plan", "OWN_ENV": "autotune.api.plan",
+         "Joined": "autotune.api.plan", "PlannedStudy": "autotune.api.plan",
+         "join_study": "autotune.api.plan", "plan_study": "autotune.api.plan",
+         "PgleResult": "autotune.api.profiling", "pgle": "autotune.api.profiling",
+         "Study": "autotune.api.study", "StudyOptions": "autotune.study.options"}
 
 __all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "Joined", "PgleResult",
            "PlannedStudy", "Study", "StudyOptions", "join_study", "one_of", "open_store", "pgle",
            "plan_study", "require_database", "sqlite_file"]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `_LAZY`, imported from its module on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'autotune.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)

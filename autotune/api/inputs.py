@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import UsageError
-from autotune.spaces import parse_size
 
 if TYPE_CHECKING:
     from autotune.workloads import WorkloadInfo
@@ -85,6 +84,8 @@ def size_option(text: str | None, option: str) -> int | None:
     Raises:
         UsageError: not a size, or not above 0 bytes.
     """
+    from autotune.spaces import parse_size  # here: the CLI imports this module at start
+
     if text is None:
         return None
     try:

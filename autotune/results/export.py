@@ -21,10 +21,12 @@ from typing import Any
 
 import yaml
 
+from autotune import pgle as rules
 from autotune.errors import ExportError
-from autotune.flags.compose import shell_exports
+from autotune.flags.compose import compose_env, shell_exports, split_per_compile, xla_flags_string
 from autotune.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
+from autotune.results.pgle import pgle_json, pgle_runs, pgle_verdict
 from autotune.results.ranking import (
     Order,
     best_row_json,
@@ -168,9 +170,6 @@ def _with_pgle(body: dict[str, Any], runs: list[RunRecord], number: int | None,
                catalog: Any, profile: str | None) -> dict[str, Any]:
     """`body` with its `pgle` key; with the flags of 003's performance run where the
     PGLE phase kept a profile for these very flags and `profile` names its file."""
-    from autotune import pgle as rules
-    from autotune.results.pgle import pgle_json, pgle_runs, pgle_verdict
-
     mine = [] if number is None else pgle_runs(runs, number, body["flags"])
     if not mine:
         return {**body, "pgle": None}
@@ -218,8 +217,6 @@ def _configuration(run: RunRecord, conf: Confirmation | None, baseline: RunRecor
 def _to_set(flags: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     """What to set for `flags`: the flags, those that differ from XLA's defaults, the
     variables, the XLA_FLAGS string and the per-compile options with what they need."""
-    from autotune.flags.compose import compose_env, split_per_compile, xla_flags_string
-
     options, environment_only = split_per_compile(flags, catalog)
     return {
         "flags": dict(flags),

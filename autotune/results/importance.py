@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.records import Measurement, Role, RunRecord
 from autotune.results.shrink import Shrink
+from autotune.stats import paired_ratio
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -116,8 +117,6 @@ def noise_level(runs: Iterable[RunRecord]) -> float | None:
 
 
 def _half_width(m: Measurement) -> float | None:
-    from autotune.stats import paired_ratio
-
     if not m.step_times_s or not m.baseline_step_times_s:
         return None
     try:

@@ -17,6 +17,7 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
+from autotune.flags.compose import config_key, xla_flags_string
 from autotune.records import (
     Environment,
     Measurement,
@@ -27,6 +28,7 @@ from autotune.records import (
 )
 from autotune.results.confirmation import confirmation
 from autotune.results.fitted import fit_json
+from autotune.results.importance import ablation_json
 from autotune.results.notes import study_notes
 from autotune.results.ranking import (
     RANKED_ROLES,
@@ -178,8 +180,6 @@ def contributions(rec: Recommendation, state: Shrink | None) -> dict[str, Any]:
     """The paired ablation of the recommendation (as `importance --format json`'s
     `ablation`), its flags split into those that changed the compiled program
     (`measured`) and those that did not (`no_program_change`)."""
-    from autotune.results.importance import ablation_json
-
     doc = ablation_json(state, rec.reason)
     same = [f for f in doc["flags"] if f["effect"] == str(Effect.NO_PROGRAM_CHANGE)]
     return {**doc, "measured": [f for f in doc["flags"] if f not in same],
@@ -319,8 +319,6 @@ def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
     (verdict text, None when not confirmed), `same_program_as_baseline`,
     `runs` (each run's figures, step times and log tails).
     """
-    from autotune.flags.compose import xla_flags_string
-
     mine = trial_runs(runs, number)
     if not mine:
         return None
@@ -377,16 +375,12 @@ def _claimed(runs: list[RunRecord], run: RunRecord) -> dict[str, Any]:
 def _by_config(runs: list[RunRecord], budget: int | None,
                catalog: Any) -> dict[str, RunRecord]:
     """Each ranked configuration of a study, keyed by its effective flags."""
-    from autotune.flags.compose import config_key
-
     return {config_key(changed_flags(r.flags, catalog)): r for r in ranked(runs, budget)}
 
 
 def _holds(winner: dict[str, Any] | None, other: Mapping[str, RunRecord],
            other_runs: list[RunRecord], catalog: Any) -> dict[str, Any] | None:
     """How one study's recommended configuration measured in the other study."""
-    from autotune.flags.compose import config_key
-
     if winner is None:
         return None
     twin = other.get(config_key(winner["flags"]))
