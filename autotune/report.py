@@ -7,6 +7,9 @@ report carries the same figures as text, with its two charts as PNG files
 beside it (drawn with matplotlib). Both lay out `results.view.study_page`.
 """
 
+# Imports inside the functions are lazy on purpose: matplotlib, the templates and the read
+# model load only when a report is written, so that importing this module stays light.
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,9 @@
 """`autotune pgle` as a function: a configuration profiled, then its PGLE performance run
 timed against it in fresh processes."""
 
+# Imports inside the methods are lazy on purpose: the command line imports this package at
+# start, and a study's storage, Optuna and read model load only when a method needs them.
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,8 @@
 """`Study`: one study in a database, to create and run, or to read."""
 
+# Imports inside the methods are lazy on purpose: the command line imports this package at
+# start, and a study's storage, Optuna and read model load only when a method needs them.
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,9 @@
 The `autotune.cli` package is the only place that imports typer.
 """
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 import contextlib

@@ -11,6 +11,9 @@ job's own. `--print` writes the variables as `export NAME='value'` lines
 instead, for `eval "$(autotune apply best.yaml --print)"`.
 """
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,8 @@
 """`autotune spaces`, `flags` and `benchmarks`: what can be tuned, checked against this XLA."""
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,8 @@
 """`autotune dashboard` (serve the studies of a database) and `autotune report` (one file)."""
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 import errno

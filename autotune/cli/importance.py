@@ -1,5 +1,8 @@
 """`autotune importance STUDY`: each flag's paired contribution, then the search's variance."""
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 from typing import Annotated, Any

@@ -1,5 +1,8 @@
 """`autotune pgle`: 003's profile run, conversion and performance run as one command."""
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 from pathlib import Path

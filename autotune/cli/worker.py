@@ -7,6 +7,9 @@ process that can be killed alone (its trial is failed and queued again once its
 heartbeat stops: `StudyRunner.reap`).
 """
 
+# Imports inside the commands are lazy on purpose: `autotune --help` and every command's
+# start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
+
 from __future__ import annotations
 
 import os

@@ -13,6 +13,9 @@ Stable URLs: `/`, `/study/NAME`, `/study/NAME/trial/N`,
 and the same data as JSON under `/api/`.
 """
 
+# Imports inside the functions are lazy on purpose: the pages load the read model and the
+# storage only when served, so that importing the app stays light for the CLI.
+
 from __future__ import annotations
 
 import contextlib
