@@ -7,11 +7,18 @@ from dataclasses import fields
 
 import pytest
 
+from autotune.cli.pgle import pgle as pgle_command
 from autotune.cli.study import study as study_command
 from autotune.errors import UsageError
 from autotune.protocol import Job
 from autotune.spaces import load_space
-from autotune.study.options import JOB_FIELDS, NOT_RECORDED, AfterSearch, StudyOptions
+from autotune.study.options import (
+    JOB_FIELDS,
+    NOT_RECORDED,
+    AfterSearch,
+    PgleOptions,
+    StudyOptions,
+)
 from autotune.study.plan import StudyPlan
 from autotune.workloads import resolve_benchmark
 
@@ -35,6 +42,15 @@ def test_an_option_out_of_the_fields_bounds_is_refused_by_the_command(tmp_path):
     done = invoke("study", "--space", "cpu", "--heartbeat", "0", cwd=tmp_path)
     assert done.exit_code == 2 and "--heartbeat" in done.output
     assert not (tmp_path / "autotune.db").exists()
+
+
+def test_the_pgle_command_is_made_from_its_record_as_well():
+    parameters = inspect.signature(pgle_command).parameters
+    assert set(parameters) == set(PgleOptions.model_fields) | {"fmt"}
+    assert all(parameters[name].default == info.default
+               for name, info in PgleOptions.model_fields.items())
+    with pytest.raises(UsageError, match="pgle options refused: repeats: Input should be"):
+        PgleOptions.of(repeats=0)
 
 
 def test_the_job_carries_every_option_named_as_a_job_field():

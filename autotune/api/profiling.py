@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune.api.inputs import one_of, resolve_workload
 from autotune.errors import UsageError
+from autotune.study.options import PgleOptions
 
 
 @dataclass(frozen=True)
@@ -27,19 +28,15 @@ class PgleResult:
     verdict: Any  # autotune.results.pgle.PgleVerdict
 
 
-def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
-         command: str | None = None, config: str | Path | None = None,
-         preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
-         max_warmup: int = 30, timeout_per_trial: float = 300.0, mode: str = "manual",
-         profile_runs: int = 3, percentile: float = 50.0, repeats: int = 4,
-         out: str | Path | None = None, profile: str | Path | None = None,
-         base_env: Mapping[str, str] | None = None,
-         progress: Callable[[int, int, Any], None] | None = None) -> PgleResult:
+def pgle(options: PgleOptions | None = None, *, base_env: Mapping[str, str] | None = None,
+         progress: Callable[[int, int, Any], None] | None = None,
+         **values: Any) -> PgleResult:
     """`autotune pgle`: profile a configuration, then time its PGLE performance run
     against the same configuration without the profile in `repeats` fresh processes.
 
-    `config` is a file `autotune export` wrote (XLA's defaults when None); its
-    own profile path, if any, is left out. Manual mode collects the profile
+    `options` (or the `PgleOptions` fields in `values`): `config` is a file
+    `autotune export` wrote (XLA's defaults when None); its own profile path,
+    if any, is left out. Manual mode collects the profile
     into `out` (default `autotune-pgle/NAME-PRESET/`) as `profile.pbtxt`, or
     reads the existing `profile` (never rewritten; each run refuses it where it
     is stale); auto mode lets JAX profile (`jax_enable_pgle`).
@@ -60,22 +57,23 @@ def pgle(*, benchmark: str = "transformer", script: str | Path | None = None,
     from autotune.study.pgle import PglePlan, model_identity, run_pgle
     from autotune.study.trials import RequestSettings, with_device_count
 
-    work, argv = resolve_workload(benchmark, script, command)
-    one_of(preset, PRESETS, "preset")
-    one_of(mode, PGLE_MODES, "mode")
-    _pgle_ranges(repeats, profile_runs, percentile)
-    flags = (rules.without_profile(load_config(config, profile=False).flags)
-             if config is not None else {})
-    path = _pgle_profile(mode, profile, out, f"{work.name}-{preset}")
+    o = options if options is not None else PgleOptions.of(**values)
+    work, argv = resolve_workload(o.benchmark, o.script, o.command)
+    one_of(o.preset, PRESETS, "preset")
+    one_of(o.mode, PGLE_MODES, "mode")
+    _pgle_ranges(o.repeats, o.profile_runs, o.percentile)
+    flags = (rules.without_profile(load_config(o.config, profile=False).flags)
+             if o.config is not None else {})
+    path = _pgle_profile(o.mode, o.profile, o.out, f"{work.name}-{o.preset}")
     env = dict(os.environ if base_env is None else base_env)
     settings = RequestSettings(
-        workload=work.path, preset=preset, mode=MeasureMode.PAIRED,
-        base_env=with_device_count(env, devices),
-        job=Job(steps=steps, warmup=warmup, max_warmup=max_warmup), timeout_s=timeout_per_trial,
-        command=argv)
-    plan = PglePlan(settings, flags, mode, path, mode == "manual" and profile is None,
-                    profile_runs, percentile, repeats,
-                    model_identity(work, preset, devices, argv))
+        workload=work.path, preset=o.preset, mode=MeasureMode.PAIRED,
+        base_env=with_device_count(env, o.devices),
+        job=Job(steps=o.steps, warmup=o.warmup, max_warmup=o.max_warmup),
+        timeout_s=o.timeout_per_trial, command=argv)
+    plan = PglePlan(settings, flags, o.mode, path, o.mode == "manual" and o.profile is None,
+                    o.profile_runs, o.percentile, o.repeats,
+                    model_identity(work, o.preset, o.devices, argv))
     outcomes = run_pgle(plan, load_catalog(), SubprocessLauncher(), progress)
     return PgleResult(plan, work.name, outcomes, pgle_verdict(outcomes, flags))
 

@@ -1,14 +1,15 @@
-"""`autotune pgle`: 003's profile run, conversion and performance run as one command."""
+"""`autotune pgle`: 003's profile run, conversion and performance run as one command.
+
+Its options are made from `PgleOptions` (`cli._options.option_parameters`), as
+`autotune study`'s are from `StudyOptions`."""
 
 # Imports inside the commands are lazy on purpose: `autotune --help` and every command's
 # start load only what that command needs (no Optuna, SQLAlchemy, numpy or jinja2).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+import inspect
+from typing import Any
 
 from autotune.cli._common import (
     TABLE_WIDTH,
@@ -19,63 +20,39 @@ from autotune.cli._common import (
     out,
     print_json,
 )
+from autotune.cli._options import option_parameters
 from autotune.errors import AutotuneError
+from autotune.study.options import PgleOptions
 
 
 class PgleFailedError(AutotuneError):
     """No PGLE run timed anything (a stale or unreadable profile, a failing workload)."""
 
 
-def pgle(
-    benchmark: Annotated[str, typer.Option(help="Built-in benchmark to profile.")]
-    = "transformer",
-    script: Annotated[Path | None, typer.Option(
-        help="Your own workload file defining workload(preset).")] = None,
-    command: Annotated[str | None, typer.Option(
-        help="Any program that measures through autotune.bench.report().")] = None,
-    config: Annotated[Path | None, typer.Option(
-        help="A configuration `autotune export` wrote (default: XLA's defaults).")] = None,
-    mode: Annotated[str, typer.Option(
-        help="manual (003's profile run, conversion and performance run) or auto "
-             "(JAX's jax_enable_pgle).")] = "manual",
-    profile_runs: Annotated[int, typer.Option(min=1, help="Runs profiled.")] = 3,
-    percentile: Annotated[float, typer.Option(
-        help="Percentile of each instruction's profiled durations.")] = 50.0,
-    repeats: Annotated[int, typer.Option(
-        min=1, help="Fresh processes timing the performance run against the same "
-                    "configuration without the profile.")] = 4,
-    out_dir: Annotated[Path | None, typer.Option(
-        "--out", help="Folder for profile.pbtxt and its record (default "
-                      "autotune-pgle/NAME-PRESET/; an earlier profile there is replaced).")]
-    = None,
-    profile: Annotated[Path | None, typer.Option(
-        help="Use this profile instead of collecting one; refused where stale.")] = None,
-    preset: Annotated[str, typer.Option(help="Workload size: tiny, small or large.")] = "small",
-    devices: Annotated[int, typer.Option(min=1, help="CPU devices for sharded workloads.")] = 8,
-    steps: Annotated[int, typer.Option(min=3, help="Timed steps per process.")] = 20,
-    timeout_per_trial: Annotated[float, typer.Option(min=1, help="Seconds per process.")]
-    = 300.0,
-    fmt: FormatOpt = OutputFormat.TABLE,
-) -> None:
+def pgle(*, fmt: str, **values: Any) -> None:
     """Profile a configuration with PGLE and measure whether the profile speeds it up."""
     from autotune.api import pgle as run
     from autotune.results.pgle import failed_everywhere, pgle_json
 
-    with _progress(repeats) as tick:
-        result = run(benchmark=benchmark, script=script, command=command, config=config,
-                     preset=preset, devices=devices, steps=steps,
-                     timeout_per_trial=timeout_per_trial, mode=mode,
-                     profile_runs=profile_runs, percentile=percentile, repeats=repeats,
-                     out=out_dir, profile=profile, progress=tick)
-    body = {"workload": result.workload, "preset": preset, "devices": devices,
-            "config": None if config is None else str(config),
-            "flags": dict(result.plan.config), **pgle_json(result.verdict)}
+    options = PgleOptions.of(**values)
+    with _progress(options.repeats) as tick:
+        result = run(options, progress=tick)
+    body = {"workload": result.workload, "preset": options.preset, "devices": options.devices,
+            "config": options.config, "flags": dict(result.plan.config),
+            **pgle_json(result.verdict)}
     if fmt == OutputFormat.JSON:
         print_json(body)
     else:
         _print(body)
     if failed_everywhere(result.verdict):
         raise PgleFailedError(f"no PGLE run was timed: {body['failure']}")
+
+
+# typer reads the command's options from its signature: PgleOptions', then --format.
+pgle.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    *option_parameters(PgleOptions),
+    inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default=OutputFormat.TABLE,
+                      annotation=FormatOpt)])
 
 
 class _progress:

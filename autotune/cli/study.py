@@ -1,7 +1,7 @@
 """`autotune study`: plan, run with a progress display, print the best table.
 
 The command has one option per field of `StudyOptions`, made from the field
-(`option_parameters`): adding a field adds the option. Only what is not a
+(`cli._options.option_parameters`): adding a field adds the option. Only what is not a
 study option is written here: the storage, local workers, and `--no-prune`.
 """
 
@@ -11,32 +11,10 @@ import inspect
 from typing import Annotated, Any
 
 import typer
-from pydantic.fields import FieldInfo
 
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, open_store, out
+from autotune.cli._options import option_parameters
 from autotune.study.options import StudyOptions
-
-
-def option_parameters() -> list[inspect.Parameter]:
-    """A typer option for each `StudyOptions` field: `--NAME` (or the field's `option`),
-    the field's type, default and description, its bounds as the option's."""
-    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                              default=inspect.Parameter.empty if info.is_required()
-                              else info.default,
-                              annotation=Annotated[info.annotation, _option(info)])
-            for name, info in StudyOptions.model_fields.items()]
-
-
-def _option(info: FieldInfo) -> Any:
-    """The typer option of one field."""
-    bounds: dict[str, Any] = {}
-    for rule in info.metadata:  # annotated_types' Ge, Gt, Le, Lt
-        for key, word in (("ge", "min"), ("gt", "min"), ("le", "max"), ("lt", "max")):
-            if hasattr(rule, key):
-                bounds[word] = getattr(rule, key)
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    names = (str(extra["option"]),) if "option" in extra else ()
-    return typer.Option(*names, help=info.description, **bounds)
 
 
 def study(*, storage: str, workers: int, prune: bool, **values: Any) -> None:
@@ -84,4 +62,4 @@ def _own_parameters() -> list[inspect.Parameter]:
 
 # typer reads the command's options from its signature: the study's, then its own.
 study.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [*option_parameters(), *_own_parameters()])
+    [*option_parameters(StudyOptions), *_own_parameters()])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -34,7 +34,38 @@ NOT_RECORDED = frozenset({
 JOB_FIELDS = frozenset(f.name for f in fields(Job))
 
 
-class StudyOptions(BaseModel):
+class Options(BaseModel):
+    """A command's options as one frozen record: unknown names and values out of range are
+    refused (`of`); a file may be given as a path and is kept as its text."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any) -> Any:
+        """A file given as a path (`pathlib.Path`) is kept as its text."""
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @classmethod
+    def of(cls, **values: Any) -> Self:
+        """The options `values` name (the rest at their defaults).
+
+        Raises:
+            UsageError: an unknown option, or a value of the wrong type or range,
+                naming each.
+        """
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}"
+                                 for e in exc.errors())
+            raise UsageError(f"{cls.WHAT} options refused: {problems}") from None
+
+    #: What the options are of, in messages.
+    WHAT: ClassVar[str] = "command"
+
+
+class StudyOptions(Options):
     """What the user asked a study to do.
 
     `autotune study` has one option per field, made from it (`autotune.cli.study`):
@@ -42,7 +73,7 @@ class StudyOptions(BaseModel):
     the option's. A field named as a `Job` field reaches every trial's child.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    WHAT: ClassVar[str] = "study"
 
     space: str = Field(description="Search space name or YAML file.")
     benchmark: str = Field("transformer", description="Built-in benchmark to tune.")
@@ -106,27 +137,6 @@ class StudyOptions(BaseModel):
         "collected for each; `export` carries a profile that is confirmed faster (paired "
         "mode; 0: off)."))
 
-    @field_validator("space", "script", mode="before")
-    @classmethod
-    def _path_as_text(cls, value: Any) -> Any:
-        """A file given as a path (`pathlib.Path`) is kept as its text."""
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-    @classmethod
-    def of(cls, **values: Any) -> StudyOptions:
-        """The options `values` name (the rest at their defaults).
-
-        Raises:
-            UsageError: an unknown option, or a value of the wrong type or range,
-                naming each.
-        """
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'options'}: {e['msg']}"
-                                 for e in exc.errors())
-            raise UsageError(f"study options refused: {problems}") from None
-
     def recorded(self) -> dict[str, Any]:
         """The options a re-run of the study must ask for as they are (JSON-ready)."""
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in NOT_RECORDED}
@@ -157,3 +167,39 @@ class AfterSearch:
     def of(cls, options: StudyOptions) -> AfterSearch:
         """What `options` ask for after the search."""
         return cls(options.confirm, options.confirm_repeats, options.shrink, options.pgle)
+
+
+class PgleOptions(Options):
+    """What `autotune pgle` is asked to do (its command-line options are made from these
+    fields, as `autotune study`'s are)."""
+
+    WHAT: ClassVar[str] = "pgle"
+
+    benchmark: str = Field("transformer", description="Built-in benchmark to profile.")
+    script: str | None = Field(None, description=(
+        "Your own workload file defining workload(preset)."))
+    command: str | None = Field(None, description=(
+        "Any program that measures through autotune.bench.report()."))
+    config: str | None = Field(None, description=(
+        "A configuration `autotune export` wrote (default: XLA's defaults)."))
+    mode: str = Field("manual", description=(
+        "manual (003's profile run, conversion and performance run) or auto (JAX's "
+        "jax_enable_pgle)."))
+    profile_runs: int = Field(3, ge=1, description="Runs profiled.")
+    percentile: float = Field(50.0, description=(
+        "Percentile of each instruction's profiled durations."))
+    repeats: int = Field(4, ge=1, description=(
+        "Fresh processes timing the performance run against the same configuration "
+        "without the profile."))
+    out: str | None = Field(None, description=(
+        "Folder for profile.pbtxt and its record (default autotune-pgle/NAME-PRESET/; an "
+        "earlier profile there is replaced)."))
+    profile: str | None = Field(None, description=(
+        "Use this profile instead of collecting one; refused where stale."))
+    preset: str = Field("small", description="Workload size: tiny, small or large.")
+    devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
+    steps: int = Field(20, ge=3, description="Timed steps per process.")
+    warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
+    max_warmup: int = Field(30, ge=1, description=(
+        "Warm-up rounds at most, while step times have not settled."))
+    timeout_per_trial: float = Field(300.0, ge=1, description="Seconds per process.")
