@@ -88,3 +88,6 @@ def test_a_bad_option_is_refused_naming_it(values, words):
 def test_what_happens_after_the_search_comes_from_the_options():
     options = StudyOptions(space="cpu", confirm=2, confirm_repeats=5, shrink=False, pgle=1)
     assert AfterSearch.of(options) == AfterSearch(2, 5, False, 1)
+    # Study.run's arguments override what is given, and leave the rest to the options
+    assert AfterSearch.of(options, confirm=0, shrink=None, pgle=None) == AfterSearch(
+        0, 5, False, 1)

@@ -44,14 +44,16 @@ class Study:
         planned = plan_study(space=space, **options)
         return cls(planned.plan.name, storage, planned)
 
-    def run(self, *, confirm: int = 3, confirm_repeats: int = 4, shrink: bool = True,
-            pgle: int = 0, on_trial: Callable[[TrialEvent], None] | None = None,
+    def run(self, *, confirm: int | None = None, confirm_repeats: int | None = None,
+            shrink: bool | None = None, pgle: int | None = None,
+            on_trial: Callable[[TrialEvent], None] | None = None,
             on_confirm: Callable[[ConfirmEvent], None] | None = None,
             on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
         """Measure the trials still to run, then confirm the best `confirm` configurations
         `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
         with `pgle` K, measure the best K again with a PGLE profile each
-        (`StudyRunner.pgle`), `confirm_repeats` processes each.
+        (`StudyRunner.pgle`), `confirm_repeats` processes each. Each of the four left
+        None is what the study's options say (`Study.create(confirm=..., ...)`).
 
         Raises:
             UsageError: this Study was opened for reading (use `Study.create`).
@@ -63,11 +65,16 @@ class Study:
             raise UsageError(f"study {self.name!r} was opened for reading; create it with "
                              "Study.create(space=..., ...) to run trials")
         store = open_store(self.storage, must_exist=False, write=True)
-        runner = open_runner(self.planned.plan, store, self.planned.report.environment)
-        runner.prepare()
-        summary = runner.run(on_trial=on_trial)
-        finish(runner, AfterSearch(confirm, confirm_repeats, shrink, pgle),
-               _callbacks(on_confirm, on_shrink))
+        plan = self.planned.plan
+        runner = open_runner(plan, store, self.planned.report.environment)
+        try:
+            runner.prepare()
+            summary = runner.run(on_trial=on_trial)
+            after = AfterSearch.of(plan.options, confirm=confirm,
+                                   confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle)
+            finish(runner, after, _callbacks(on_confirm, on_shrink))
+        finally:
+            runner.close()
         return summary
 
     def runs(self) -> list[RunRecord]:

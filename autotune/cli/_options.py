@@ -25,7 +25,9 @@ def option_parameters(model: type[Options]) -> list[inspect.Parameter]:
 def _option(info: FieldInfo) -> Any:
     """The typer option of one field."""
     bounds: dict[str, Any] = {}
-    for rule in info.metadata:  # annotated_types' Ge, Gt, Le, Lt
+    # annotated_types' Ge, Gt, Le, Lt. typer has no open bounds: a Gt or Lt bound shows as
+    # inclusive here, and the record itself refuses the bound (StudyOptions.of, exit 2).
+    for rule in info.metadata:
         for key, word in (("ge", "min"), ("gt", "min"), ("le", "max"), ("lt", "max")):
             if hasattr(rule, key):
                 bounds[word] = getattr(rule, key)

@@ -164,9 +164,16 @@ class AfterSearch:
     pgle: int = 0
 
     @classmethod
-    def of(cls, options: StudyOptions) -> AfterSearch:
-        """What `options` ask for after the search."""
-        return cls(options.confirm, options.confirm_repeats, options.shrink, options.pgle)
+    def of(cls, options: StudyOptions, *, confirm: int | None = None,
+           confirm_repeats: int | None = None, shrink: bool | None = None,
+           pgle: int | None = None) -> AfterSearch:
+        """What `options` ask for after the search, each argument given (not None) instead
+        of the option of its name."""
+        def pick(given: Any, own: Any) -> Any:
+            return own if given is None else given
+
+        return cls(pick(confirm, options.confirm), pick(confirm_repeats, options.confirm_repeats),
+                   pick(shrink, options.shrink), pick(pgle, options.pgle))
 
 
 class PgleOptions(Options):
