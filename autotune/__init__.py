@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from autotune.api import Study
-    from autotune.config import Config
+    from autotune.api.config import Config
 
-from autotune._resources import VERSION as __version__
+from autotune.ground.resources import VERSION as __version__
 
 __all__ = ["Study", "__version__", "load_config"]
 
@@ -39,12 +39,12 @@ def __getattr__(name: str) -> type[Study]:
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a file that `autotune export` wrote (see `autotune.config`).
+    """Read and validate a file that `autotune export` wrote (see `autotune.api.config`).
 
     Raises:
-        autotune.errors.ConfigFileError: the file is missing, unreadable, not an
+        autotune.ground.errors.ConfigFileError: the file is missing, unreadable, not an
             export, of another schema version, or sets a flag the catalog does not know.
     """
-    from autotune.config import load_config as load
+    from autotune.api.config import load_config as load
 
     return load(path)

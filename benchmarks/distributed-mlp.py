@@ -2,12 +2,12 @@
 
 The multi-process benchmark, for trials run through a launcher
 (``--launcher "srun -N 2 --ntasks-per-node 1 {cmd}"``, ``"mpirun -n 2 {cmd}"``
-or ``"python -m autotune._local_launch -n 2 -- {cmd}"``). When the launcher's
+or ``"python -m autotune.ground.local_launch -n 2 -- {cmd}"``). When the launcher's
 variables say several processes run (``autotune.child.ranks.process_total``:
 JAX_NUM_PROCESSES, OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS above 1),
 ``workload()`` first joins them with ``jax.distributed.initialize``: with
 JAX_COORDINATOR_ADDRESS and the process count and rank where that address is
-set (``autotune._local_launch`` sets it, with JAX_NUM_PROCESSES and
+set (``autotune.ground.local_launch`` sets it, with JAX_NUM_PROCESSES and
 JAX_PROCESS_ID), else with no arguments (JAX's own Slurm and Open MPI
 detection). That must come before anything starts a JAX backend; the trial
 child builds the workload first for this reason. On CPU the processes'
@@ -54,7 +54,7 @@ CONFIGS = {
 }
 SEED = 1701
 AXIS = "data"
-#: Where the processes meet, when the launcher says (`autotune._local_launch` does).
+#: Where the processes meet, when the launcher says (`autotune.ground.local_launch` does).
 COORDINATOR = "JAX_COORDINATOR_ADDRESS"
 
 

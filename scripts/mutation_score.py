@@ -35,7 +35,7 @@ def results() -> list[tuple[str, str]]:
 
 
 def module_of(mutant: str) -> str:
-    """`autotune.stats.x_median__mutmut_3` -> `autotune/stats.py`."""
+    """`autotune.rules.stats.x_median__mutmut_3` -> `autotune/rules/stats.py`."""
     return re.split(r"\.x[_\u01c1]", mutant)[0].replace(".", "/") + ".py"
 
 

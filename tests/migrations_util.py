@@ -6,7 +6,7 @@ from pathlib import Path
 
 from alembic.config import Config
 
-from autotune._resources import data_dir
+from autotune.ground.resources import data_dir
 
 
 def alembic_config(url: str, script_location: Path | None = None) -> Config:

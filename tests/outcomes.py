@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.launcher import TrialRequest
-from autotune.protocol import Job
-from autotune.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.ground.protocol import Job
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.launch.launcher import TrialRequest
 
 #: A baseline of five steps about 1 ms, not all equal.
 BASELINE_S = (1.0e-3, 1.02e-3, 0.98e-3, 1.01e-3, 0.99e-3)

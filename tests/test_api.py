@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 import autotune
 from autotune.cli import app
-from autotune.errors import StudyNotFoundError, UsageError
-from autotune.records import MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.ground.errors import StudyNotFoundError, UsageError
+from autotune.ground.records import MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
 
@@ -48,7 +48,7 @@ def test_a_study_created_and_run_from_python_reads_as_the_cli_does(tmp_path, mon
 
 
 def stored_study(tmp_path: Path) -> str:
-    from autotune.records import Measurement
+    from autotune.ground.records import Measurement
 
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = Store.open(url)

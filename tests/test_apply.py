@@ -20,7 +20,7 @@ import yaml
 from cli_runner import invoke
 
 import autotune
-from autotune.errors import BackendStartedError, ConfigFileError
+from autotune.ground.errors import BackendStartedError, ConfigFileError
 from autotune.results.export import EXPORT_SCHEMA_VERSION
 
 FAST_MATH = "xla_cpu_enable_fast_math"
@@ -310,7 +310,7 @@ import jax
 if sys.argv[2] == "started":
     jax.devices()
 import autotune
-from autotune.errors import BackendStartedError
+from autotune.ground.errors import BackendStartedError
 try:
     autotune.load_config(sys.argv[1]).apply()
 except BackendStartedError as exc:
@@ -339,7 +339,7 @@ def test_apply_in_a_jax_program_works_until_jax_starts_a_backend(tmp_path, jax_s
 
 
 def test_jax_backend_started_is_false_without_jax_and_imports_nothing():
-    code = ("import sys, autotune.config as c; print(c.jax_backend_started(), "
+    code = ("import sys, autotune.api.config as c; print(c.jax_backend_started(), "
             "'jax' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

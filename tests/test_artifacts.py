@@ -17,8 +17,8 @@ from migrations_util import alembic_config
 from sql_rows import rows, snapshot
 from sqlalchemy import create_engine, inspect, text
 
-from autotune.errors import StudyNotFoundError
-from autotune.records import ArtifactRecord
+from autotune.ground.errors import StudyNotFoundError
+from autotune.ground.records import ArtifactRecord
 from autotune.storage import Store
 
 PGLE = "pgle-profile"

@@ -12,9 +12,9 @@ import optuna
 import pytest
 import yaml
 
-from autotune.errors import AutotuneError, UsageError
 from autotune.flags import Channel, compiler_options, compose_env, load_catalog, parse_catalog
 from autotune.flags.catalog import FlagSpec, FlagType, UnknownGroupError
+from autotune.ground.errors import AutotuneError, UsageError
 from autotune.spaces import list_spaces, load_space
 
 # --- data copied from the reference documents and DESIGN.md ---------------------------

@@ -22,8 +22,8 @@ import pytest
 from sql_rows import rows as _rows
 from sqlalchemy import create_engine, text
 
-from autotune.errors import StorageError, StudyNotFoundError
-from autotune.records import (
+from autotune.ground.errors import StorageError, StudyNotFoundError
+from autotune.ground.records import (
     LIVE_WITHIN_S,
     ClaimState,
     ClaimVerdict,

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from cli_runner import invoke
 
-from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.results.ranking import recommend
 from autotune.results.shrink import SHRINK_ROLES
 from autotune.storage import Store

@@ -15,7 +15,7 @@ import yaml
 from cli_runner import invoke
 
 from autotune.flags.catalog import Backend, Channel
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
 # --- 1. flags list: an unknown --backend or --channel is a usage error ----------------------

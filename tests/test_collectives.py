@@ -1,4 +1,4 @@
-"""Reading the collectives of a compiled program (`autotune.collectives`), and carrying
+"""Reading the collectives of a compiled program (`autotune.rules.collectives`), and carrying
 them from the trial child to the parent.
 
 The rule is tested in-process on HLO text: a hand-written module with every
@@ -20,7 +20,9 @@ import pytest
 from test_fit import TPU_SPACE
 
 from autotune.child.program import hlo_stats
-from autotune.collectives import (
+from autotune.ground.protocol import SCHEMA_VERSION, Job, Phase, ProtocolError, parse_result
+from autotune.ground.records import CollectiveStats
+from autotune.rules.collectives import (
     KINDS,
     array_sizes,
     collective_profile,
@@ -28,9 +30,7 @@ from autotune.collectives import (
     profile_from_json,
     profile_json,
 )
-from autotune.measurement import measurement_from_body
-from autotune.protocol import SCHEMA_VERSION, Job, Phase, ProtocolError, parse_result
-from autotune.records import CollectiveStats
+from autotune.rules.measurement import measurement_from_body
 from autotune.spaces import load_space, load_space_text
 from autotune.spaces.fit import Action, collective_changes
 
@@ -266,7 +266,7 @@ def test_mlp_dp_all_reduces_its_gradients_and_drops_all_to_all_params(compiled):
 
 @pytest.mark.slow
 def test_a_real_child_reports_the_collectives_of_its_program(tmp_path: Path):
-    from autotune.launcher import SubprocessLauncher, TrialRequest
+    from autotune.launch.launcher import SubprocessLauncher, TrialRequest
 
     pytest.importorskip("jax")
     request = TrialRequest(workload=ROOT / "benchmarks" / "mlp-dp.py", preset="tiny",

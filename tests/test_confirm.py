@@ -11,15 +11,15 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.flags.catalog import load_catalog
-from autotune.launcher import TrialRequest
-from autotune.records import MeasureMode, OutcomeKind, Role, TrialOutcome
-from autotune.replay import ReplayLauncher, config_key
+from autotune.ground.records import MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.launch.launcher import TrialRequest
+from autotune.launch.replay import ReplayLauncher, config_key
+from autotune.launch.workloads import resolve_benchmark
 from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
-from autotune.workloads import resolve_benchmark
 
 LUCKY = {"xla_cpu_prefer_vector_width": 128}  # looked fast once, is not
 REAL = {"xla_cpu_prefer_vector_width": 512}  # looked a bit slower, is truly faster

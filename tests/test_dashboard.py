@@ -20,7 +20,7 @@ from cli_runner import invoke
 from starlette.testclient import TestClient
 
 from autotune.dashboard.app import create_app, routes
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     Measurement,
     OutcomeKind,
@@ -291,7 +291,7 @@ def test_optuna_dashboard_opens_the_same_database(first: str, tmp_path: Path):
 def test_workers_and_the_version_come_from_the_claims(url: str):
     """`Store.workers` counts each process's claims by state and tells live from silent;
     `Store.version` changes with a claim taken or ended, not with a live heartbeat."""
-    from autotune.records import ClaimState
+    from autotune.ground.records import ClaimState
 
     with Store.open(url) as store:
         store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")

@@ -25,7 +25,7 @@ from autotune.flags import Catalog, FlagSpec
 from autotune.flags import _probe_runner as runner
 from autotune.flags.catalog import load_catalog
 from autotune.flags.probe import ProbeReport, probe
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     Measurement,
     MeasureMode,

@@ -14,9 +14,10 @@ from outcomes import trial_request
 from test_ranking import FAST, LEVEL, WHEN, WIDTH, Runs, measurement
 
 from autotune.flags.catalog import load_catalog
-from autotune.launcher import TrialRequest
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role
-from autotune.replay import ReplayTable, TableLauncher
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role
+from autotune.launch.launcher import TrialRequest
+from autotune.launch.replay import ReplayTable, TableLauncher
+from autotune.launch.workloads import resolve_benchmark
 from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
 from autotune.results.ranking import best_rows
 from autotune.spaces import load_space
@@ -24,7 +25,6 @@ from autotune.storage import Store
 from autotune.study.measured import BUDGET_ROLES
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
-from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 NORM_ACT = ROOT / "benchmarks/tables/norm-act-small.json"
@@ -243,7 +243,7 @@ def test_best_prints_the_pooled_figure_and_the_programs_other_trials(tmp_path):
 
 
 def test_the_notes_under_best_name_the_incumbent_and_its_interval():
-    from autotune.records import StudyRecord
+    from autotune.ground.records import StudyRecord
     from autotune.results.notes import incumbent_note
 
     record = StudyRecord("s", "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, WHEN)

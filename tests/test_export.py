@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 
 FAST = "xla_cpu_enable_fast_math"

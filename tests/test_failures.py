@@ -12,7 +12,8 @@ import signal
 
 import pytest
 
-from autotune.failures import (
+from autotune.ground.records import OutcomeKind
+from autotune.rules.failures import (
     classify_exception,
     classify_exit,
     classify_stderr,
@@ -20,7 +21,6 @@ from autotune.failures import (
     signal_name,
     size_words,
 )
-from autotune.records import OutcomeKind
 
 UNKNOWN = ("F1123 10:26:05.528674   11085 parse_flags_from_env.cc:234] Unknown flags in "
            "XLA_FLAGS: --xla_nope=1 --xla_other\n")
@@ -223,7 +223,7 @@ def test_anything_else_is_a_compile_error_with_the_type_in_the_message():
 
 
 def test_a_limit_at_the_startup_floor_is_not_blamed_for_a_silent_crash():
-    from autotune.failures import STARTUP_FLOOR_BYTES, limit_too_small
+    from autotune.rules.failures import STARTUP_FLOOR_BYTES, limit_too_small
 
     assert limit_too_small(-11, "", STARTUP_FLOOR_BYTES) is None  # enough to start: a real crash
     assert limit_too_small(-11, "", STARTUP_FLOOR_BYTES - 1) is not None

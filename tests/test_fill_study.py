@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from autotune.flags.catalog import load_catalog
-from autotune.records import ClaimState, OutcomeKind, Role
+from autotune.ground.records import ClaimState, OutcomeKind, Role
 from autotune.results.ranking import recommend
 from autotune.results.shrink import SHRINK_ROLES, shrink
 from autotune.storage import Store

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.flags.catalog import load_catalog
-from autotune.records import CollectiveStats, FlagValue
+from autotune.ground.records import CollectiveStats, FlagValue
 from autotune.spaces import load_space, load_space_text
 from autotune.spaces.fit import (
     CREATES,

@@ -15,11 +15,12 @@ import pytest
 from cli_runner import invoke
 from sqlalchemy import create_engine, text
 
-from autotune.errors import StudyMismatchError
 from autotune.flags.catalog import load_catalog
-from autotune.launcher import Launcher, TrialRequest
-from autotune.records import ClaimState, CollectiveStats, Role, TrialOutcome
-from autotune.replay import ReplayTable, TableLauncher
+from autotune.ground.errors import StudyMismatchError
+from autotune.ground.records import ClaimState, CollectiveStats, Role, TrialOutcome
+from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.launch.replay import ReplayTable, TableLauncher
+from autotune.launch.workloads import resolve_benchmark
 from autotune.results.view import study_page
 from autotune.spaces import load_space_text
 from autotune.spaces.fit import Action, SpaceFit, apply_fit
@@ -27,7 +28,6 @@ from autotune.storage import Store
 from autotune.study.plan import FIT_KEY, StudyPlan
 from autotune.study.runner import StudyRunner
 from autotune.study.trials import environment_key
-from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "benchmarks/tables/mlp-dp-small.json"

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autotune.errors import AutotuneError, UsageError
 from autotune.flags import (
     Catalog,
     Channel,
@@ -29,6 +28,7 @@ from autotune.flags import (
     xla_flags_string,
 )
 from autotune.flags.compose import config_key, effective_config
+from autotune.ground.errors import AutotuneError, UsageError
 from autotune.spaces import load_space
 
 FAST_MATH = "xla_cpu_enable_fast_math"
@@ -434,8 +434,8 @@ def test_split_per_compile_keeps_what_only_the_environment_carries_apart():
 
 
 def test_shell_exports_quote_every_value_and_refuse_a_name_no_shell_can_set():
-    from autotune.errors import UsageError
     from autotune.flags.compose import shell_exports
+    from autotune.ground.errors import UsageError
 
     assert shell_exports({"XLA_FLAGS": "--a=1 --b=$(x)", "N": "it's"}) == [
         "export XLA_FLAGS='--a=1 --b=$(x)'", "export N='it'\"'\"'s'"]

@@ -13,15 +13,22 @@ from pathlib import Path
 import pytest
 
 import autotune.study.context
-from autotune.errors import StorageError
-from autotune.launcher import Launcher, TrialRequest
-from autotune.records import ClaimRecord, Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.ground.errors import StorageError
+from autotune.ground.records import (
+    ClaimRecord,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    TrialOutcome,
+)
+from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.launch.workloads import resolve_benchmark
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.heartbeat import claim_heartbeat
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
-from autotune.workloads import resolve_benchmark
 
 EVERY_S = 0.02
 

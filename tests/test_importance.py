@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from autotune.cli._common import friendly
 from autotune.cli.importance import importance
-from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.results.importance import (
     FlagEffect,
     compared_trials,

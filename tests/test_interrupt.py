@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from autotune._proc import run_bounded
+from autotune.ground.proc import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_
     # A parent that starts the guard and then dies by SIGKILL, as a killed study would.
     parent = subprocess.Popen([sys.executable, "-c", "\n".join([
         "import os, subprocess, sys, time",
-        "from autotune._guard import argv_for",
+        "from autotune.ground.guard import argv_for",
         f"argv = argv_for(os.getpid(), None, {str(scratch)!r}, [sys.executable, '-c', {child!r}])",
         "subprocess.Popen(argv, start_new_session=True)",
         "time.sleep(300)"])])

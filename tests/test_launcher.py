@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from outcomes import trial_request
 
-from autotune._proc import deferred_interrupt, interrupt_latch, raise_if_interrupted
-from autotune.launcher import SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
-from autotune.records import MeasureMode, OutcomeKind
+from autotune.ground.proc import deferred_interrupt, interrupt_latch, raise_if_interrupted
+from autotune.ground.protocol import Job
+from autotune.ground.records import MeasureMode, OutcomeKind
+from autotune.launch.launcher import SubprocessLauncher, TrialRequest
 
 pytestmark = pytest.mark.slow
 

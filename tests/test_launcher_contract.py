@@ -1,10 +1,10 @@
 """The `Launcher` contract, one test per promise, parametrised over every implementation.
 
-`autotune.launcher.Launcher`: `launch(request)` returns a `TrialOutcome` for every
+`autotune.launch.launcher.Launcher`: `launch(request)` returns a `TrialOutcome` for every
 configuration, good or bad, whose kind says what happened; an ok outcome carries what
 was measured (positive, finite step times; PAIRED requests time the baseline too); a
 compile-only request (`timed=False`) times nothing. The implementations: the real one
-(a trial child in a subprocess, slow), the replaying ones of `autotune.replay`, and the
+(a trial child in a subprocess, slow), the replaying ones of `autotune.launch.replay`, and the
 home-made launchers of the tests, which stand in for them elsewhere.
 """
 
@@ -27,12 +27,12 @@ from test_search import ModelLauncher, tradeoff
 from test_shrink import FakeCompilerLauncher
 
 from autotune.flags.catalog import load_catalog
-from autotune.launcher import Launcher, SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
-from autotune.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
-from autotune.replay import ReplayLauncher, ReplayTable, TableLauncher, config_key
+from autotune.ground.protocol import Job
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.launch.launcher import Launcher, SubprocessLauncher, TrialRequest
+from autotune.launch.replay import ReplayLauncher, ReplayTable, TableLauncher, config_key
+from autotune.launch.workloads import resolve_benchmark
 from autotune.storage import Store
-from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A flag neither XLA nor any recorded table knows.

@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.cli.apply import refused
-from autotune.errors import AutotuneError
 from autotune.flags.catalog import Channel, load_catalog
 from autotune.flags.lint import FindingKind, FlagUse, lint, parse_uses
 from autotune.flags.probe import probe
+from autotune.ground.errors import AutotuneError
 
 runner = CliRunner()
 

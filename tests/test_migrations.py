@@ -26,7 +26,7 @@ from migrations_util import alembic_config
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
-from autotune._resources import data_dir
+from autotune.ground.resources import data_dir
 from autotune.storage.models import Base, include_name
 
 #: autotune's migration history; Optuna keeps its own in `alembic_version` (Alembic's

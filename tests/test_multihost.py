@@ -3,7 +3,7 @@
 The rules (a process's rank, the template, which process's failure decides
 the trial) are tested in-process; the local launcher with plain Python
 processes; real trials of the `distributed-mlp` benchmark through
-`python -m autotune._local_launch -n 2 -- {cmd}` are marked slow.
+`python -m autotune.ground.local_launch -n 2 -- {cmd}` are marked slow.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 from outcomes import trial_request
 
-from autotune._local_launch import parse_args, process_env
-from autotune._proc import Finished
 from autotune.child.ranks import from_words, process_rank, process_total, result_path, to_words
-from autotune.errors import UsageError
-from autotune.launcher import (
+from autotune.ground.errors import UsageError
+from autotune.ground.local_launch import parse_args, process_env
+from autotune.ground.proc import Finished
+from autotune.ground.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, rank_result_path
+from autotune.ground.records import MeasureMode, OutcomeKind
+from autotune.launch.launcher import (
     LAUNCHER_VARIABLES,
     RankReport,
     SubprocessLauncher,
@@ -35,12 +37,10 @@ from autotune.launcher import (
     rank_files,
     rank_message,
 )
-from autotune.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, rank_result_path
-from autotune.records import MeasureMode, OutcomeKind
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "benchmarks" / "distributed-mlp.py"
-LOCAL = f"{shlex.quote(sys.executable)} -m autotune._local_launch -n 2 -- {{cmd}}"
+LOCAL = f"{shlex.quote(sys.executable)} -m autotune.ground.local_launch -n 2 -- {{cmd}}"
 
 # --- a process's rank -------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ def test_local_launch_arguments():
 
 
 def local_launch(code: str, n: int = 2, timeout: float = 30) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "autotune._local_launch", "-n", str(n), "--",
+    argv = [sys.executable, "-m", "autotune.ground.local_launch", "-n", str(n), "--",
             sys.executable, "-c", code]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
@@ -292,8 +292,8 @@ def test_local_launch_takes_its_copies_down_when_it_is_stopped(tmp_path):
     code = ("import os, pathlib, time\n"
             f"pathlib.Path({str(tmp_path)!r}, str(os.getpid())).touch()\n"
             "time.sleep(60)")
-    launch = subprocess.Popen([sys.executable, "-m", "autotune._local_launch", "-n", "2", "--",
-                               sys.executable, "-c", code],
+    launch = subprocess.Popen([sys.executable, "-m", "autotune.ground.local_launch", "-n", "2",
+                               "--", sys.executable, "-c", code],
                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
     deadline = time.monotonic() + 20
     while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
@@ -308,11 +308,12 @@ def test_local_launch_takes_its_copies_down_when_it_is_stopped(tmp_path):
 
 
 def test_a_command_that_cannot_start_is_exit_code_127():
-    argv = [sys.executable, "-m", "autotune._local_launch", "-n", "2", "--", "/no/such/program"]
+    argv = [sys.executable, "-m", "autotune.ground.local_launch", "-n", "2", "--",
+            "/no/such/program"]
     done = subprocess.run(argv, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 127 and "cannot run /no/such/program" in done.stderr
-    usage = subprocess.run([sys.executable, "-m", "autotune._local_launch", "--", "x"],
+    usage = subprocess.run([sys.executable, "-m", "autotune.ground.local_launch", "--", "x"],
                            env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                            text=True, timeout=30)
     assert usage.returncode == 2 and "usage" in usage.stderr
@@ -408,7 +409,7 @@ def test_a_study_runs_every_trial_through_a_two_process_launcher(tmp_path):
     processes of the multi-process benchmark, and process 0's result is stored."""
     import sqlite3
 
-    template = f"{sys.executable} -m autotune._local_launch -n 2 -- {{cmd}}"
+    template = f"{sys.executable} -m autotune.ground.local_launch -n 2 -- {{cmd}}"
     done = subprocess.run(
         [sys.executable, "-m", "autotune", "study", "--space", "cpu", "--benchmark",
          "distributed-mlp", "--preset", "tiny", "--devices", "1", "--trials", "2",

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.numerics import (
+from autotune.rules.numerics import (
     checksums_agree,
     compare_arrays,
     describe_mismatch,

@@ -9,8 +9,9 @@ import pytest
 
 from autotune.cli.pgle import pgle as pgle_command
 from autotune.cli.study import study as study_command
-from autotune.errors import UsageError
-from autotune.protocol import Job
+from autotune.ground.errors import UsageError
+from autotune.ground.protocol import Job
+from autotune.launch.workloads import resolve_benchmark
 from autotune.spaces import load_space
 from autotune.study.options import (
     JOB_FIELDS,
@@ -20,7 +21,6 @@ from autotune.study.options import (
     StudyOptions,
 )
 from autotune.study.plan import StudyPlan
-from autotune.workloads import resolve_benchmark
 
 
 def test_every_option_is_a_parameter_of_the_study_command_with_the_same_default():

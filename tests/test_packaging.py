@@ -37,9 +37,9 @@ def run_installed(target: Path, cwd: Path, code: str) -> subprocess.CompletedPro
 def test_wheel_carries_spaces_benchmarks_and_migrations(installed, tmp_path):
     code = (
         "import json, autotune\n"
-        "from autotune._resources import data_dir\n"
+        "from autotune.ground.resources import data_dir\n"
         "from autotune.spaces import list_spaces\n"
-        "from autotune.workloads import list_benchmarks\n"
+        "from autotune.launch.workloads import list_benchmarks\n"
         "from autotune.storage import Store\n"
         "s = Store.open('sqlite:///x.db')\n"
         "print(json.dumps({'pkg': autotune.__file__, 'spaces': list_spaces(),\n"
@@ -85,16 +85,17 @@ def test_installed_cli_lists_spaces_from_any_directory(installed, tmp_path):
         ("autotune.cli", {"jax", "jaxlib", "starlette", "uvicorn", "jinja2", "matplotlib",
                           "plotly"}),
         ("autotune.dashboard.app", {"jax", "optuna", "typer", "matplotlib"}),
-        ("autotune.report", {"jax", "optuna", "typer", "starlette", "uvicorn", "matplotlib"}),
+        ("autotune.dashboard.report",
+         {"jax", "optuna", "typer", "starlette", "uvicorn", "matplotlib"}),
         ("autotune.results.view", {"jax", "optuna", "sqlalchemy", "starlette", "jinja2"}),
         ("autotune.study", {"jax", "jaxlib"}),
         ("autotune.study.samplers", {"jax", "optuna", "sqlalchemy"}),
-        ("autotune.replay", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune.launch.replay", {"jax", "optuna", "sqlalchemy"}),
         ("autotune.results.importance", {"jax", "optuna"}),
         ("autotune.bench", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
         ("autotune.child.run", {"jax", "numpy", "optuna", "sqlalchemy", "typer"}),
-        ("autotune.protocol", {"jax", "numpy", "optuna", "sqlalchemy", "typer", "yaml"}),
-        ("autotune.launcher", {"jax", "optuna", "sqlalchemy"}),
+        ("autotune.ground.protocol", {"jax", "numpy", "optuna", "sqlalchemy", "typer", "yaml"}),
+        ("autotune.launch.launcher", {"jax", "optuna", "sqlalchemy"}),
         ("autotune", {"jax", "optuna", "sqlalchemy", "typer", "yaml"}),
     ],
 )
@@ -123,7 +124,7 @@ def test_every_import_keeps_the_layer_contracts():
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
     ("results/notes.py", "from autotune.storage import store", "The read model works"),
-    ("records.py", "from autotune.study import plan", "Every import points down"),
+    ("ground/records.py", "from autotune.study import plan", "Every import points down"),
     ("study/plan.py", "from autotune.study import runner", "No import cycle"),
     ("study/search.py", "import jax", "The parent never imports jax"),
 ])

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autotune import pgle as rules
-from autotune.protocol import Job, Phase, ProtocolError
+from autotune.ground.protocol import Job, Phase, ProtocolError
 
 JAXLIB = importlib.metadata.version("jaxlib")
 FAST = ["--preset", "tiny", "--steps", "5", "--timeout-per-trial", "240"]
@@ -233,7 +233,7 @@ def test_flags_that_act_only_through_the_environment_are_refused(tmp_path):
 def test_a_study_says_why_its_pgle_phase_cannot_run():
     from types import SimpleNamespace
 
-    from autotune.records import MeasureMode
+    from autotune.ground.records import MeasureMode
     from autotune.study.pgle import pgle_refusal
 
     def plan(mode: MeasureMode, launcher: str | None) -> object:

@@ -21,9 +21,9 @@ from sql_rows import rows as _rows
 
 from autotune import pgle as rules
 from autotune.api import Study, open_store
-from autotune.config import load_config
-from autotune.errors import ConfigFileError
-from autotune.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+from autotune.api.config import load_config
+from autotune.ground.errors import ConfigFileError
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.results.pgle import profile_kind
 
 STUDY = "pgle-study"

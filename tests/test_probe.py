@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import UsageError
 from autotune.flags import Catalog, FlagSpec
 from autotune.flags import _probe_runner as runner
 from autotune.flags.probe import (
@@ -22,6 +21,7 @@ from autotune.flags.probe import (
     check_values,
     probe,
 )
+from autotune.ground.errors import UsageError
 
 # Documented flags the installed XLA (jaxlib 0.10.2) no longer knows (DESIGN.md).
 OBSOLETE = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.protocol import (
+from autotune.ground.protocol import (
     JOB_ENV,
     RESULT_ENV,
     SCHEMA_VERSION,

@@ -12,23 +12,23 @@ from outcomes import paired_outcome
 
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key
-from autotune.launcher import SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
-from autotune.records import (
+from autotune.ground.protocol import Job
+from autotune.ground.records import (
     Environment,
     OutcomeKind,
     Role,
     RunRecord,
     TrialOutcome,
 )
-from autotune.replay import ReplayTable, TableLauncher
+from autotune.launch.launcher import SubprocessLauncher, TrialRequest
+from autotune.launch.replay import ReplayTable, TableLauncher
+from autotune.launch.workloads import resolve_benchmark
+from autotune.rules.stopping import median_curve
 from autotune.spaces import load_space
-from autotune.stopping import median_curve
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
 from autotune.study.search import Search
-from autotune.workloads import resolve_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "benchmarks/tables/mlp-dp-small.json"  # 15 paired steps per recorded run

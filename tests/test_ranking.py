@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autotune.flags.catalog import load_catalog
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     Measurement,
     MeasureMode,
@@ -49,7 +49,7 @@ from autotune.results.ranking import (
     trial_rows,
     verdict_text,
 )
-from autotune.stats import RatioEstimate
+from autotune.rules.stats import RatioEstimate
 
 MiB = 1 << 20
 FAST = "xla_cpu_enable_fast_math"

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 from autotune.storage._optuna import rdb_storage
 from autotune.storage.store import HEAD_REVISION

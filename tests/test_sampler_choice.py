@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 from autotune.spaces import Param, Space, load_space, load_space_text
 from autotune.study.samplers import GRID_LIMIT, Objective, choose_sampler, grid_order
 
@@ -166,7 +166,7 @@ def conditional_spaces(draw: st.DrawFn) -> dict:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conditional_spaces())
 def test_the_count_is_the_number_of_distinct_grid_configurations(data):
-    from autotune.errors import SpaceValidationError
+    from autotune.ground.errors import SpaceValidationError
 
     try:
         space = load_space_text(yaml.safe_dump(data, sort_keys=False))

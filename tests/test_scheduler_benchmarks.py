@@ -22,14 +22,14 @@ import pytest
 from child_env import cpu_child_env, load_benchmark
 from cli_runner import invoke
 
-from autotune import inventory
-from autotune.collectives import profile_from_json
-from autotune.errors import SpaceValidationError
-from autotune.records import Role
+from autotune.ground.errors import SpaceValidationError
+from autotune.ground.records import Role
+from autotune.launch import inventory
+from autotune.launch.workloads import list_benchmarks
+from autotune.rules.collectives import profile_from_json
 from autotune.spaces import list_spaces, load_space, load_space_text
 from autotune.spaces.exercise import needs
 from autotune.storage import Store
-from autotune.workloads import list_benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -50,7 +50,7 @@ def named_benchmarks() -> list[str]:
 CHILD = r"""
 import importlib.util, json
 import jax, numpy as np
-from autotune.collectives import collective_profile, profile_json
+from autotune.rules.collectives import collective_profile, profile_json
 
 facts = {}
 for name, preset, steps in CASES:

@@ -18,12 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.errors import UsageError
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key, effective_config
-from autotune.launcher import Launcher, TrialRequest
-from autotune.protocol import Job
-from autotune.records import (
+from autotune.ground.errors import UsageError
+from autotune.ground.protocol import Job
+from autotune.ground.records import (
     FlagValue,
     Measurement,
     MeasureMode,
@@ -31,12 +30,13 @@ from autotune.records import (
     Role,
     TrialOutcome,
 )
+from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.launch.workloads import resolve_benchmark
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
 from autotune.study.samplers import Objective, choose_sampler, parse_objectives
-from autotune.workloads import resolve_benchmark
 
 SMALL = """schema_version: 1
 name: small
@@ -242,7 +242,7 @@ def test_a_study_with_memory_as_an_objective_never_prunes(small_space, tmp_path)
 def test_known_programs_are_those_timed_successfully():
     from datetime import UTC, datetime
 
-    from autotune.records import Environment, RunRecord
+    from autotune.ground.records import Environment, RunRecord
     from autotune.study.measured import MeasuredIndex
 
     def run(number: int, flags: dict, fingerprint: str,
@@ -429,7 +429,7 @@ def request(flags: Mapping[str, FlagValue], prune_ratio: float | None = None) ->
 def test_a_recorded_table_replays_its_repeats_as_noise():
     from statistics import median
 
-    from autotune.replay import ReplayTable, TableLauncher
+    from autotune.launch.replay import ReplayTable, TableLauncher
 
     table = ReplayTable.load(MLP)
     assert table.meta["repeats"] == 3 and len(table.runs) == table.meta["distinct"] == 288
@@ -449,7 +449,7 @@ def test_a_recorded_table_replays_its_repeats_as_noise():
 
 
 def test_the_table_launcher_prunes_by_the_childs_rule():
-    from autotune.replay import ReplayTable, TableLauncher
+    from autotune.launch.replay import ReplayTable, TableLauncher
 
     table = ReplayTable.load(MLP)
     launcher = TableLauncher(table, load_catalog(), seed=1)
@@ -477,7 +477,7 @@ def _runs(*ratios: float) -> list[dict]:
 
 
 def test_configurations_compiled_to_one_program_share_one_truth(tmp_path):
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
 
     same_a, same_b, other = {LEVEL: 1}, {LEVEL: 2}, {LEVEL: 0}
     path = _table_file(tmp_path, [
@@ -497,7 +497,7 @@ def test_configurations_compiled_to_one_program_share_one_truth(tmp_path):
 
 
 def test_a_table_without_fingerprints_judges_each_configuration_by_its_own_repeats(tmp_path):
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
 
     path = _table_file(tmp_path, [
         {"flags": {LEVEL: 1}, "runs": _runs(0.90, 0.91, 0.92)},
@@ -529,7 +529,7 @@ def test_record_table_fingerprints_the_programs_of_a_table(tmp_path):
 
 
 def test_a_bad_table_file_is_named(tmp_path):
-    from autotune.replay import ReplayTable, TableError
+    from autotune.launch.replay import ReplayTable, TableError
 
     bad = tmp_path / "t.json"
     bad.write_text('{"kind": "something else"}')
@@ -590,7 +590,7 @@ def _efficiency_script():
 def test_the_search_efficiency_benchmark_scores_the_baseline_by_its_true_ratio():
     """The baseline (the empty key, measured first) is an incumbent like any other
     configuration: its true ratio, about 1.0, not infinitely slow."""
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
 
     bench = _efficiency_script()
     table = ReplayTable.load(MLP)

@@ -17,20 +17,20 @@ from test_shrink_rules import FAST, FUSION, LEVEL, REGION, WIDTH, WINNER, XNN, f
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.launcher import Launcher, TrialRequest
-from autotune.records import (
+from autotune.ground.records import (
     Measurement,
     MeasureMode,
     OutcomeKind,
     Role,
     TrialOutcome,
 )
+from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.launch.workloads import resolve_benchmark
 from autotune.results.shrink import Effect
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan
 from autotune.study.runner import StudyRunner
-from autotune.workloads import resolve_benchmark
 
 
 class FakeCompilerLauncher(Launcher):

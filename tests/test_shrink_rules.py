@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from autotune.flags.catalog import load_catalog
-from autotune.protocol import Job, ProtocolError
-from autotune.records import (
+from autotune.ground.protocol import Job, ProtocolError
+from autotune.ground.records import (
     FlagValue,
     Measurement,
     MeasureMode,
@@ -325,7 +325,7 @@ def test_the_check_holds_only_for_an_interval_wholly_faster(check):
 
 def test_a_removal_says_why_in_one_sentence():
     from autotune.results.shrink import Removal
-    from autotune.stats import RatioEstimate
+    from autotune.rules.stats import RatioEstimate
 
     assert Removal(FAST, True, Effect.NO_PROGRAM_CHANGE, True).reason() == (
         "no effect on the compiled program")

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from cli_runner import invoke
 
-from autotune.errors import SpaceValidationError
+from autotune.ground.errors import SpaceValidationError
 from autotune.spaces import GROUP_PREFIX, load_space, load_space_text
 from autotune.spaces.prune import without_flags, without_values
 

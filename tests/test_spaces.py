@@ -14,8 +14,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.errors import AutotuneError, SpaceValidationError, UnknownSpaceError
 from autotune.flags import load_catalog
+from autotune.ground.errors import AutotuneError, SpaceValidationError, UnknownSpaceError
 from autotune.spaces import (
     GROUP_PREFIX,
     UNSET,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.stats import (
+from autotune.rules.stats import (
     RatioEstimate,
     outlier_mask,
     paired_ratio,
@@ -319,7 +319,7 @@ def test_a_narrow_spread_gets_fences_one_percent_of_the_median_wide():
 
 def test_each_process_is_resampled_to_its_own_size():
     """Short processes beside long ones: the short one's median is not biased low."""
-    from autotune.stats import _pad, _resampled_medians
+    from autotune.rules.stats import _pad, _resampled_medians
 
     groups = [np.array([1.0, 3.0]), np.arange(1.0, 11.0)]
     picks = np.zeros((20000, 1), dtype=np.intp)  # always the two-step process

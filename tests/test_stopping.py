@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from autotune.protocol import PRUNE_AFTER
-from autotune.stopping import (
+from autotune.ground.protocol import PRUNE_AFTER
+from autotune.rules.stopping import (
     CURVE_MIN_TRIALS,
     curve_at,
     curve_verdict,
@@ -267,7 +267,7 @@ def test_a_search_trial_carries_a_curve_only_when_pruning_applies_and_enough_tri
 
 
 def test_a_footprint_above_the_budget_is_not_timed_and_one_at_it_is():
-    from autotune.stopping import over_budget
+    from autotune.rules.stopping import over_budget
 
     assert over_budget(101, 100) and not over_budget(100, 100) and not over_budget(99, 100)
     assert not over_budget(None, 100) and not over_budget(10**12, None)

@@ -30,10 +30,9 @@ from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from autotune import _resources
-from autotune._resources import data_dir
-from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
-from autotune.records import (
+from autotune.ground import resources as _resources
+from autotune.ground.errors import StorageError, StudyMismatchError, StudyNotFoundError
+from autotune.ground.records import (
     CollectiveStats,
     Environment,
     Measurement,
@@ -44,6 +43,7 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
+from autotune.ground.resources import data_dir
 from autotune.storage import HEAD_REVISION, Store
 from autotune.storage.models import Base, EnvironmentRow, include_name
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from test_ranking import FAST, LEVEL, WIDTH, Runs, measurement, tiered_study
 
 from autotune.flags.catalog import load_catalog
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     MeasureMode,
     OutcomeKind,
@@ -194,7 +194,7 @@ def test_contributions_list_the_ablation_with_no_program_change_flags_apart():
     from autotune.results.ranking import Recommendation
     from autotune.results.shrink import Effect, Removal, Shrink
     from autotune.results.view import contributions
-    from autotune.stats import RatioEstimate
+    from autotune.rules.stats import RatioEstimate
 
     run = tiered_study().runs[2]
     state = Shrink(run.trial_number or 0, {FAST: True, WIDTH: 128, LEVEL: 2}, {FAST: True},

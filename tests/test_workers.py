@@ -23,8 +23,8 @@ from sql_rows import rows as _rows
 from sqlalchemy import create_engine, text
 
 from autotune.api import join_study, plan_study
-from autotune.errors import StudyMismatchError, StudyNotFoundError, UsageError
-from autotune.records import ClaimState, ClaimVerdict, Role
+from autotune.ground.errors import StudyMismatchError, StudyNotFoundError, UsageError
+from autotune.ground.records import ClaimState, ClaimVerdict, Role
 from autotune.spaces.loader import spaces_dir
 from autotune.storage import Store
 from autotune.storage._optuna import outcome_of

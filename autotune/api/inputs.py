@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 
 if TYPE_CHECKING:
-    from autotune.workloads import WorkloadInfo
+    from autotune.launch.workloads import WorkloadInfo
 
 
 def one_of(value: str, choices: Any, noun: str) -> str:
@@ -31,7 +31,7 @@ def resolve_workload(benchmark: str, script: str | Path | None,
         UsageError: both `script` and `command`; a command that does not
             parse, is empty, or whose program cannot be run (see `_check_program`).
     """
-    from autotune import workloads
+    from autotune.launch import workloads
 
     if script is not None and command is not None:
         raise UsageError("give --script or --command, not both")

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune import spaces
-from autotune._resources import VERSION, source_digest
 from autotune.api.inputs import one_of, resolve_workload, size_option
 from autotune.api.store import open_store
 from autotune.bench import PRESETS
-from autotune.errors import StudyMismatchError, UsageError
 from autotune.flags.catalog import load_catalog
 from autotune.flags.probe import ProbeReport, probe
-from autotune.launcher import parse_template
-from autotune.records import MeasureMode
+from autotune.ground.errors import StudyMismatchError, UsageError
+from autotune.ground.records import MeasureMode
+from autotune.ground.resources import VERSION, source_digest
+from autotune.launch.launcher import parse_template
 from autotune.study import preflight
 from autotune.study.options import AfterSearch, StudyOptions
 from autotune.study.plan import StudyPlan

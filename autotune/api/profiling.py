@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.api.inputs import one_of, resolve_workload
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 from autotune.study.options import PgleOptions
 
 
@@ -47,12 +47,12 @@ def pgle(options: PgleOptions | None = None, *, base_env: Mapping[str, str] | No
             beside it; repeats, profile runs or percentile out of range.
     """
     from autotune import pgle as rules
+    from autotune.api.config import load_config
     from autotune.bench import PRESETS
-    from autotune.config import load_config
     from autotune.flags.catalog import load_catalog
-    from autotune.launcher import SubprocessLauncher
-    from autotune.protocol import PGLE_MODES, Job
-    from autotune.records import MeasureMode
+    from autotune.ground.protocol import PGLE_MODES, Job
+    from autotune.ground.records import MeasureMode
+    from autotune.launch.launcher import SubprocessLauncher
     from autotune.results.pgle import pgle_verdict
     from autotune.study.pgle import PglePlan, model_identity, run_pgle
     from autotune.study.trials import RequestSettings, with_device_count

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.errors import StudyNotFoundError
+from autotune.ground.errors import StudyNotFoundError
 
 if TYPE_CHECKING:
     from autotune.storage.store import Store

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from autotune.api.inputs import one_of
 from autotune.api.plan import PlannedStudy, plan_study
 from autotune.api.store import DEFAULT_STORAGE, open_store
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 
 if TYPE_CHECKING:
-    from autotune.records import RunRecord, StudyRecord
+    from autotune.ground.records import RunRecord, StudyRecord
     from autotune.results.shrink import Shrink
     from autotune.storage.store import Store
     from autotune.study.plan import ConfirmEvent, RunSummary, ShrinkEvent, TrialEvent
@@ -173,7 +173,7 @@ def _write_profile(store: Store, document: Mapping[str, Any], runs: list[RunReco
         ExportError: the profile is not stored, unreadable, or cannot be written.
     """
     from autotune import pgle as rules
-    from autotune.errors import ExportError
+    from autotune.ground.errors import ExportError
     from autotune.results.pgle import kept_profile_key, profile_kind
     from autotune.results.ranking import main_runs
 

@@ -2,7 +2,7 @@
 
 Run as `python -m autotune.child FILE [--preset P]`, or through
 `autotune.bench.report()` from a user's own program. It reads the job
-(`autotune.protocol.Job`) from the environment, compiles, then times, and
+(`autotune.ground.protocol.Job`) from the environment, compiles, then times, and
 writes one result document. Standard library only at import time; jax is
 imported inside the functions that run here, never by the parent.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.failures import classify_exception
+from autotune.rules.failures import classify_exception
 
 
 class Failure(Exception):
@@ -14,6 +14,6 @@ class Failure(Exception):
 
 
 def classified(exc: BaseException) -> Failure:
-    """What JAX/XLA raised while compiling or running, as a Failure (`autotune.failures`)."""
+    """What JAX/XLA raised while compiling or running, as a Failure (`autotune.rules.failures`)."""
     kind, message = classify_exception(exc)
     return Failure(kind.value, message)

@@ -1,7 +1,7 @@
 """A PGLE job in the trial child: the configuration against 003's performance run of it.
 
 Reference document 003 makes profile-guided latency estimation three manual
-steps; here they are one job (`autotune.protocol.Job.pgle_mode`):
+steps; here they are one job (`autotune.ground.protocol.Job.pgle_mode`):
 
 - the reference executable is the configuration as 003's performance run
   compiles it, without the profile (`autotune.pgle.reference_options`: the
@@ -20,7 +20,7 @@ steps; here they are one job (`autotune.protocol.Job.pgle_mode`):
   its first `pgle_runs` calls and compiles again with what it saw;
 - then the two are timed in alternation like any PAIRED job.
 
-The result's `pgle` object says what was done (`autotune.protocol.PGLE_RESULT`).
+The result's `pgle` object says what was done (`autotune.ground.protocol.PGLE_RESULT`).
 jax is imported inside the functions.
 """
 
@@ -34,7 +34,7 @@ from autotune import pgle
 from autotune.child.failure import Failure
 from autotune.child.program import program_fingerprint
 from autotune.child.timing import compile_lowered, run_once
-from autotune.protocol import Job, Phase
+from autotune.ground.protocol import Job, Phase
 
 #: Said on a backend whose compiler does not read the profile.
 CPU_NOTE = ("the CPU compiler does not use a PGLE profile (its scheduler has no latency "

@@ -24,9 +24,9 @@ def hlo_stats(compiled: Any) -> dict[str, int]:
 
 
 def collectives(compiled: Any) -> dict[str, dict[str, int]]:
-    """The collectives of the optimised HLO per kind (`autotune.collectives`), as the
+    """The collectives of the optimised HLO per kind (`autotune.rules.collectives`), as the
     result document holds them."""
-    from autotune.collectives import collective_profile, profile_json
+    from autotune.rules.collectives import collective_profile, profile_json
 
     return profile_json(collective_profile(compiled.as_text() or ""))
 

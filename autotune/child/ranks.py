@@ -1,11 +1,11 @@
 """Which process of a multi-process trial this is, and decisions every process takes alike.
 
-A trial run through a launcher (`autotune.launcher.parse_template`) may be
+A trial run through a launcher (`autotune.launch.launcher.parse_template`) may be
 several processes of one workload (`jax.distributed`). Each reads its rank
 and the number of processes from the launcher's variables
-(`autotune.protocol.RANK_VARIABLES`, `SIZE_VARIABLES`): pure rules, tested
+(`autotune.ground.protocol.RANK_VARIABLES`, `SIZE_VARIABLES`): pure rules, tested
 in-process. Process 0 writes the trial's result file; process k > 0 writes
-`<that path>.<k>` (`autotune.protocol.rank_result_path`), on a filesystem
+`<that path>.<k>` (`autotune.ground.protocol.rank_result_path`), on a filesystem
 every host sees.
 
 Every process must run the same executions in the same order, or their
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from autotune.protocol import RANK_VARIABLES, RESULT_ENV, SIZE_VARIABLES, rank_result_path
+from autotune.ground.protocol import RANK_VARIABLES, RESULT_ENV, SIZE_VARIABLES, rank_result_path
 
 #: Returns process 0's values on every process (a collective: every process calls it at
 #: the same point of its run, with as many values).

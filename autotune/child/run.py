@@ -2,7 +2,7 @@
 
 A failing configuration is a result: the child still writes its file, with
 `status` set to the failure kind, and exits 0. The parent reads the kind
-from the file (`autotune.protocol.parse_result`).
+from the file (`autotune.ground.protocol.parse_result`).
 
 In a multi-process trial (a launcher started several processes,
 `autotune.child.ranks`) each process writes its own file, process 0 the one
@@ -43,8 +43,8 @@ from autotune.child.ranks import (
 )
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import Workload, build_workload
-from autotune.protocol import JOB_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
-from autotune.stopping import over_budget
+from autotune.ground.protocol import JOB_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
+from autotune.rules.stopping import over_budget
 
 #: The longest failure message kept in a result (the tail of XLA's text).
 MESSAGE_CHARS = 4000

@@ -1,6 +1,6 @@
 """Compile and time executables in the trial child; collect the facts for the numerics guard.
 
-Warm-up and pruning follow `autotune.stopping`, with the bounds of the job.
+Warm-up and pruning follow `autotune.rules.stopping`, with the bounds of the job.
 In a multi-process trial (an `agree` function, `autotune.child.ranks`) those
 rules decide on process 0's step times in every process, so all processes
 run the same steps; each still records its own times. jax and numpy are
@@ -15,8 +15,8 @@ from typing import Any
 
 from autotune.child.failure import Failure, classified
 from autotune.child.ranks import Agree
-from autotune.protocol import Job
-from autotune.stopping import prune_verdict, warm_up
+from autotune.ground.protocol import Job
+from autotune.rules.stopping import prune_verdict, warm_up
 
 
 def compile_lowered(lowered: Any, options: Mapping[str, Any],
@@ -122,7 +122,7 @@ def time_paired(base: Any, cand: Any, args: tuple[Any, ...], job: Job,
                 agree: Agree | None = None) -> dict[str, Any]:
     """Warm up both until settled, then alternate their steps in A B B A order to cancel drift.
 
-    Stops early with status `pruned` when `autotune.stopping.prune_verdict` says so after
+    Stops early with status `pruned` when `autotune.rules.stopping.prune_verdict` says so after
     a pair: the margin rule (`job.prune_ratio`) or the median rule (`job.prune_curve`).
     With `agree` (a multi-process trial) warm-up and pruning judge process 0's times, so
     every process stops at the same step with the same message; each records its own.
@@ -174,7 +174,7 @@ def numerics_facts(cand: Any, base: Any | None, args: tuple[Any, ...]) -> dict[s
     """
     import numpy as np
 
-    from autotune import numerics
+    from autotune.rules import numerics
 
     leaves = host_arrays(run_once(cand, args)[1])
     floats = [str(x.dtype) for x in leaves if "float" in str(x.dtype)]

@@ -27,7 +27,7 @@ from autotune.api import (  # noqa: F401  (re-exported for the commands)
     require_database,
     sqlite_file,
 )
-from autotune.errors import AutotuneError
+from autotune.ground.errors import AutotuneError
 
 # Piped output (CI logs, files) gets a wide table instead of rich's 80 columns. No emoji
 # codes: ":smile:" in a study name or flag value is text, not a picture.
@@ -89,7 +89,7 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> None:
-        from autotune._proc import interrupt_latch
+        from autotune.ground.proc import interrupt_latch
 
         try:
             with interrupt_latch():

@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from autotune._proc import raise_if_interrupted
 from autotune.cli._common import fmt_bytes, literal, out
 from autotune.cli.results import print_best
-from autotune.errors import AutotuneError
+from autotune.ground.errors import AutotuneError
+from autotune.ground.proc import raise_if_interrupted
 from autotune.results.fitted import summary_text
 from autotune.results.shrink import Shrink
 from autotune.study import service

@@ -28,7 +28,7 @@ import typer
 from autotune.cli._common import err, literal
 
 if TYPE_CHECKING:
-    from autotune.config import Config, MeasuredOn
+    from autotune.api.config import Config, MeasuredOn
     from autotune.flags.catalog import Catalog
     from autotune.flags.lint import Finding, FlagUse
     from autotune.flags.probe import ProbeReport
@@ -54,7 +54,7 @@ def apply(
     `eval "$(autotune apply best.yaml --print)"`. Exit codes: CMD's own; 2 for a bad
     file, a refused configuration or no CMD; 127 when CMD cannot be run.
     """
-    from autotune.config import load_config
+    from autotune.api.config import load_config
 
     loaded = load_config(config)
     argv = _command(command, print_env, config)
@@ -72,7 +72,7 @@ def apply(
 
 def _merged(loaded: Config) -> dict[str, str]:
     """The variables to set, merged with this shell's; its flag strings must parse."""
-    from autotune.errors import ConfigRefusedError, UsageError
+    from autotune.ground.errors import ConfigRefusedError, UsageError
 
     try:
         return loaded.environ(os.environ)
@@ -83,7 +83,7 @@ def _merged(loaded: Config) -> dict[str, str]:
 
 def _command(command: list[str] | None, print_env: bool, config: Path) -> list[str]:
     """The command to run; none with --print, one without it."""
-    from autotune.errors import ConfigRefusedError
+    from autotune.ground.errors import ConfigRefusedError
 
     if print_env and command:
         raise ConfigRefusedError("give either --print or a command to run, not both")
@@ -142,7 +142,7 @@ def refused(findings: list[Finding]) -> list[Finding]:
 
 
 def _refuse_or_warn(loaded: Config, bad: list[Finding], jaxlib: str, force: bool) -> None:
-    from autotune.errors import ConfigRefusedError
+    from autotune.ground.errors import ConfigRefusedError
 
     if not bad:
         return
@@ -172,7 +172,7 @@ def _compare_machine(loaded: Config, report: ProbeReport, job_env: Mapping[str, 
 
 
 def _check_backend(loaded: Config, backend: str, force: bool) -> None:
-    from autotune.errors import BackendMismatchError
+    from autotune.ground.errors import BackendMismatchError
 
     other = _other_backend(loaded.measured_on, backend)
     if other is None:
@@ -217,7 +217,7 @@ def _exec(argv: list[str], env: dict[str, str]) -> None:
     Raises:
         CommandNotFoundError: the program is not found or cannot be executed.
     """
-    from autotune.errors import CommandNotFoundError
+    from autotune.ground.errors import CommandNotFoundError
 
     sys.stdout.flush()
     sys.stderr.flush()

@@ -54,8 +54,8 @@ def benchmarks_list(
     """
     from rich.table import Table
 
-    from autotune.inventory import collectives, describe, entry
-    from autotune.workloads import list_benchmarks, resolve_benchmark
+    from autotune.launch.inventory import collectives, describe, entry
+    from autotune.launch.workloads import list_benchmarks, resolve_benchmark
 
     infos = [resolve_benchmark(n) for n in names] if names else list_benchmarks()
     with out.status("compiling each benchmark once (cached afterwards)..."):
@@ -225,10 +225,10 @@ def flags_check(
         "variables (NCCL_*, XLA_CLIENT_MEM_FRACTION...) set in this shell.")] = False,
 ) -> None:
     """Lint a flag string against the catalog and the installed XLA; exit 1 on findings."""
-    from autotune.errors import UsageError
     from autotune.flags.catalog import load_catalog
     from autotune.flags.lint import lint, parse_uses
     from autotune.flags.probe import probe
+    from autotune.ground.errors import UsageError
 
     text = " ".join(flag_string) if flag_string else None
     if env:

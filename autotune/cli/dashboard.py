@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -93,7 +93,7 @@ def report(
     """Write a study's page as one file to share: the recommendation, best trials, charts,
     flag contributions, failures and progress, exactly as the dashboard shows them."""
     from autotune.api import one_of
-    from autotune.report import write_report
+    from autotune.dashboard.report import write_report
 
     one_of(fmt, ["html", "md"], "report format")
     store = open_store(storage, must_exist=True)

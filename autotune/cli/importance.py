@@ -39,7 +39,7 @@ def importance(
     minimises memory alone, UsageError (exit 2). The time ratio is read from
     the study's objectives wherever it stands (`memory,time` puts it second).
     """
-    from autotune.errors import UsageError
+    from autotune.ground.errors import UsageError
     from autotune.results.importance import (
         compared_trials,
         flag_effects,

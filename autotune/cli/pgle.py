@@ -21,7 +21,7 @@ from autotune.cli._common import (
     print_json,
 )
 from autotune.cli._options import option_parameters
-from autotune.errors import AutotuneError
+from autotune.ground.errors import AutotuneError
 from autotune.study.options import PgleOptions
 
 

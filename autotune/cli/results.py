@@ -73,7 +73,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
 
 def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
     """The runs of the environment `key` names (`ranking.find_environment`)."""
-    from autotune.errors import UsageError
+    from autotune.ground.errors import UsageError
     from autotune.results.ranking import environments, find_environment
 
     group = find_environment(runs, key)
@@ -133,7 +133,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from rich.table import Table
 
     from autotune.flags.catalog import load_catalog
-    from autotune.records import Role
+    from autotune.ground.records import Role
     from autotune.results.confirmation import Confirmations
     from autotune.results.ranking import changed_flags, pareto_front, peak_memory, verdict_text
 
@@ -307,7 +307,7 @@ def trials(
 
 def _stat_cells(m: Any) -> list[str]:
     """Median with its bootstrap interval, IQR, CV, outliers, compile, first step, warm-up."""
-    from autotune.stats import step_stats
+    from autotune.rules.stats import step_stats
 
     summary = step_stats(m.step_times_s) if m is not None and m.step_times_s else None
     if summary is None:

@@ -41,10 +41,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from autotune.dashboard.render import STATIC, page_html
-from autotune.errors import AutotuneError, ExportError, StudyNotFoundError
+from autotune.ground.errors import AutotuneError, ExportError, StudyNotFoundError
 
 if TYPE_CHECKING:
-    from autotune.records import RunRecord, StudyRecord
+    from autotune.ground.records import RunRecord, StudyRecord
     from autotune.storage.store import Store
 
 #: Seconds between two checks of a page for new results (the page reloads when they changed).

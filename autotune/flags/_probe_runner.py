@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune._proc import run_bounded
-from autotune.errors import UsageError
-from autotune.failures import classify_stderr
 from autotune.flags.compose import format_tokens, parse_flag_string
-from autotune.records import FlagValue, OutcomeKind
+from autotune.ground.errors import UsageError
+from autotune.ground.proc import run_bounded
+from autotune.ground.records import FlagValue, OutcomeKind
+from autotune.rules.failures import classify_stderr
 
 MAX_RUNS = 60
 _CHILD = Path(__file__).with_name("_probe_child.py")

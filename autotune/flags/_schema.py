@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, StrictBool, field_validator, model_validator
 
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 
 
 class FlagType(StrEnum):

@@ -22,7 +22,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autotune.errors import AutotuneError, UsageError
 from autotune.flags._schema import (
     Backend,
     Channel,
@@ -32,6 +31,7 @@ from autotune.flags._schema import (
     GroupSpec,
     Obsolete,
 )
+from autotune.ground.errors import AutotuneError, UsageError
 
 __all__ = [
     "CATALOG_SCHEMA_VERSION",

@@ -11,9 +11,9 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from autotune.errors import UsageError
 from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
-from autotune.records import FlagValue
+from autotune.ground.errors import UsageError
+from autotune.ground.records import FlagValue
 
 #: The variable that carries the tokens of each token channel.
 TOKEN_VARIABLES: dict[Channel, str] = {

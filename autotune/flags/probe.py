@@ -36,7 +36,7 @@ from autotune.flags._probe_runner import (
 )
 from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
 from autotune.flags.compose import render_value
-from autotune.records import Environment, FlagValue
+from autotune.ground.records import Environment, FlagValue
 
 __all__ = ["FlagStatus", "ProbeError", "ProbeReport", "check_values", "probe"]
 

@@ -31,13 +31,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from autotune.ground.protocol import OptionValue
 from autotune.pgle.formats import (
     Cost,
     decode_profiled_instructions,
     parse_pbtxt,
     render_pbtxt,
 )
-from autotune.protocol import OptionValue
 
 __all__ = ["Cost", "decode_profiled_instructions", "parse_pbtxt", "render_pbtxt"]
 

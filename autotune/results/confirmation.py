@@ -15,8 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, Role, RunRecord
-from autotune.stats import RatioEstimate, paired_ratio, unpaired_ratio
+from autotune.ground.records import (
+    FlagValue,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+)
+from autotune.rules.stats import RatioEstimate, paired_ratio, unpaired_ratio
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ not the configuration, and not one measurement:
 - every timed observation of a program counts toward its estimate, whichever
   configuration produced it and whichever phase made it (search, racing,
   confirmation): one ratio per process, combined by the median of their
-  logarithms, as `autotune.stats.paired_ratio` combines processes;
+  logarithms, as `autotune.rules.stats.paired_ratio` combines processes;
 - the **incumbent** is the program with the best pooled estimate among those
   backed by at least `BACKED_BY` observations, and only when that estimate is
   below 1.0 (else XLA's defaults stand);
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from autotune.flags.compose import config_key
-from autotune.records import MeasureMode, Role, RunRecord
-from autotune.stats import RatioEstimate, paired_ratio
+from autotune.ground.records import MeasureMode, Role, RunRecord
+from autotune.rules.stats import RatioEstimate, paired_ratio
 
 #: Observations (timed processes) a program needs before it may be called best.
 #: Three: the median of three processes is the smallest sample whose median

@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 
 from autotune import pgle as rules
-from autotune.errors import ExportError
 from autotune.flags.compose import compose_env, shell_exports, split_per_compile, xla_flags_string
-from autotune.records import Role, RunRecord, StudyRecord
+from autotune.ground.errors import ExportError
+from autotune.ground.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
 from autotune.results.pgle import pgle_json, pgle_runs, pgle_verdict
 from autotune.results.ranking import (
@@ -38,7 +38,7 @@ from autotune.results.ranking import (
     recommend,
 )
 from autotune.results.shrink import Shrink, shrink
-from autotune.stats import RatioEstimate
+from autotune.rules.stats import RatioEstimate
 
 #: Version 2: the document recommends only what confirmation proved (else XLA's
 #: defaults), says so in `recommended` and `reason`, and carries `jax` and `candidates`.

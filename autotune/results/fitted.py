@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.records import FlagValue, StudyRecord
+from autotune.ground.records import FlagValue, StudyRecord
 from autotune.spaces.fit import Action, FitChange, SpaceFit
 
 

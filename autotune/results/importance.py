@@ -32,9 +32,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import Measurement, Role, RunRecord
+from autotune.ground.records import Measurement, Role, RunRecord
 from autotune.results.shrink import Shrink
-from autotune.stats import paired_ratio
+from autotune.rules.stats import paired_ratio
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial

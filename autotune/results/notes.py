@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.records import RunRecord, StudyRecord
+from autotune.ground.records import RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.pgle import study_verdicts, verdict_text

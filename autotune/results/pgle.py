@@ -2,7 +2,7 @@
 
 Each run is one fresh process that timed, in alternation, the configuration
 (the reference) and its PGLE candidate (`autotune.child.pgle_phase`); the
-runs are combined like any confirmation (`autotune.stats.paired_ratio`: the
+runs are combined like any confirmation (`autotune.rules.stats.paired_ratio`: the
 median of the per-process log ratios, a hierarchical bootstrap interval) and
 judged by the same rule (`autotune.results.confirmation.Confirmation`): the
 profile is worth keeping only when the whole interval lies on the faster side
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.records import FlagValue, MeasureMode, Role, RunRecord, TrialOutcome
+from autotune.ground.records import FlagValue, MeasureMode, Role, RunRecord, TrialOutcome
 from autotune.results.confirmation import (
     NUMERICS_KINDS,
     Confirmation,
@@ -27,7 +27,7 @@ from autotune.results.confirmation import (
 )
 from autotune.results.ranking import ranked, recommend
 from autotune.results.shrink import shrink
-from autotune.stats import paired_ratio
+from autotune.rules.stats import paired_ratio
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def failed_everywhere(verdict: PgleVerdict) -> bool:
 
 # --- PGLE in a study ------------------------------------------------------------------------
 
-#: The artifact kind of a stored PGLE profile (`autotune.records.ArtifactRecord`), before
+#: The artifact kind of a stored PGLE profile (`autotune.ground.records.ArtifactRecord`), before
 #: the configuration's hash (`profile_kind`).
 PROFILE_ARTIFACT = "pgle-profile"
 

@@ -19,7 +19,14 @@ from itertools import groupby
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
-from autotune.records import Environment, FlagValue, OutcomeKind, Role, RunRecord, StudyRecord
+from autotune.ground.records import (
+    Environment,
+    FlagValue,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    StudyRecord,
+)
 from autotune.results.confirmation import Confirmation, Confirmations
 from autotune.results.evidence import ProgramEvidence, pooled
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from autotune.flags.compose import compiler_options, effective_config
-from autotune.records import FlagValue, Role, RunRecord
-from autotune.stats import RatioEstimate, paired_ratio
+from autotune.ground.records import FlagValue, Role, RunRecord
+from autotune.rules.stats import RatioEstimate, paired_ratio
 
 #: The roles of the runs this module replays.
 SHRINK_ROLES = frozenset({Role.FINGERPRINT, Role.ABLATION, Role.MINIMAL})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from autotune.records import RunRecord, StudyRecord
+from autotune.ground.records import RunRecord, StudyRecord
 from autotune.results.fitted import with_fit
 from autotune.results.ranking import (
     BestRow,

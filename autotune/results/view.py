@@ -4,7 +4,7 @@ Every figure a page shows is computed here, from the records storage hands
 out, with the functions `best`, `export` and `importance` use (ranking,
 confirmation, shrinking, notes), so a page can never disagree with the
 command line: the `best` key of `study_page` *is* `best --format json`.
-Renderers (`autotune.dashboard`, `autotune.report`) only lay these out.
+Renderers (`autotune.dashboard`, `autotune.dashboard.report`) only lay these out.
 
 Keys are stable (the dashboard's `/api/...` routes return them as JSON).
 """
@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from autotune.flags.compose import config_key, xla_flags_string
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     Measurement,
     Role,

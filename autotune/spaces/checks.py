@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.flags.catalog import Catalog, FlagSpec, FlagType
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 from autotune.spaces.params import MAX_UNSET_RANGE, UNSET, Param, same_value
 from autotune.spaces.schema import ParamSpec, SpaceFile
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autotune.collectives import KINDS
-from autotune.records import CollectiveStats
+from autotune.ground.records import CollectiveStats
+from autotune.rules.collectives import KINDS
 from autotune.spaces.fit import FLAG_USES, Rule
 
 

@@ -4,7 +4,7 @@ can act only on part of a range.
 A space holds the documents' candidates, written for every workload; the
 study's baseline says what this one compiles to. Two kinds of evidence:
 
-- **The baseline's collectives** (`autotune.collectives`, per kind: count,
+- **The baseline's collectives** (`autotune.rules.collectives`, per kind: count,
   bytes, inside a while loop or not). `FLAG_USES` is the one place that says
   which kind of collective a flag acts on, and how. A param whose kind the
   program lacks is dropped (or, for a flag that acts only inside while
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from autotune.collectives import profile_from_json, profile_json
 from autotune.flags.compose import compiler_options, effective_config
-from autotune.records import CollectiveStats, FlagValue
+from autotune.ground.records import CollectiveStats, FlagValue
+from autotune.rules.collectives import profile_from_json, profile_json
 from autotune.spaces.params import Param
 from autotune.spaces.prune import without_flags
 from autotune.spaces.space import Space
@@ -60,7 +60,7 @@ class Rule(StrEnum):
 
 @dataclass(frozen=True)
 class FlagUse:
-    """What a flag acts on: one kind of collective (`autotune.collectives.KINDS`), by `rule`."""
+    """What a flag acts on: one kind of collective (`rules.collectives.KINDS`), by `rule`."""
 
     kind: str
     rule: Rule

@@ -14,9 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from autotune._resources import data_dir
-from autotune.errors import AutotuneError, SpaceValidationError, UnknownSpaceError
 from autotune.flags.catalog import Catalog, load_catalog
+from autotune.ground.errors import AutotuneError, SpaceValidationError, UnknownSpaceError
+from autotune.ground.resources import data_dir
+from autotune.launch.workloads import list_benchmarks
 from autotune.spaces._yaml import (
     LineDict,
     LineList,
@@ -30,7 +31,6 @@ from autotune.spaces.params import Param
 from autotune.spaces.relations import check_conditions, check_groups, check_recommended
 from autotune.spaces.schema import SCHEMA_VERSION, SpaceFile, allowed_keys
 from autotune.spaces.space import Group, Space
-from autotune.workloads import list_benchmarks
 
 _EXAMPLE_HINT = "See search_spaces/gpu-collectives.yaml for a complete example."
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 from autotune.spaces.schema import ParamSpec
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 from autotune.spaces.params import Param, same_value
 from autotune.spaces.space import Group, Space
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from autotune.flags.catalog import Catalog
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 from autotune.spaces.checks import (
     Problem,
     allowed_hint,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, field_validator
 
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 
 SCHEMA_VERSION = 1
 ParamType = Literal["bool", "int", "float", "categorical", "pow2_bytes"]

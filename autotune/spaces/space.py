@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.records import FlagValue
+from autotune.ground.records import FlagValue
 from autotune.spaces.params import Param, same_value
 
 if TYPE_CHECKING:

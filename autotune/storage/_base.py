@@ -10,7 +10,7 @@ from typing import Self, TypeVar
 from sqlalchemy import Engine, exc, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotune.errors import StorageError, StudyMismatchError, StudyNotFoundError
+from autotune.ground.errors import StorageError, StudyMismatchError, StudyNotFoundError
 from autotune.storage.engine import _current_revision, _reason
 from autotune.storage.models import Base, StudyRow
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from autotune._proc import deferred_interrupt
-from autotune.errors import StudyNotFoundError
-from autotune.records import SQLITE_TIMEOUT_S, Role, sqlite_file
+from autotune.ground.errors import StudyNotFoundError
+from autotune.ground.proc import deferred_interrupt
+from autotune.ground.records import SQLITE_TIMEOUT_S, Role, sqlite_file
 
 if TYPE_CHECKING:
     import optuna

@@ -15,7 +15,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from autotune.records import ArtifactRecord
+from autotune.ground.records import ArtifactRecord
 from autotune.storage._base import StoreBase
 from autotune.storage.models import ArtifactRow
 

@@ -16,7 +16,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from autotune.records import (
+from autotune.ground.records import (
     LIVE_WITHIN_S,
     ClaimRecord,
     ClaimState,

@@ -26,12 +26,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.pool import NullPool
 
-from autotune._resources import data_dir
-from autotune.errors import StorageError
-from autotune.records import (
+from autotune.ground.errors import StorageError
+from autotune.ground.records import (
     SQLITE_TIMEOUT_S,
     sqlite_file,
 )
+from autotune.ground.resources import data_dir
 from autotune.storage.models import (
     VERSION_TABLE,
 )

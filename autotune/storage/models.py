@@ -4,7 +4,7 @@ Optuna's tables in the same database hold the optimisation history; these hold
 what Optuna does not: environments, every measurement run, failures and logs.
 The schema changes only through the migrations under `alembic/`; the test
 suite checks that these models and the migrations agree. Rows never leave
-`autotune.storage`: the store converts them into records of `autotune.records`.
+`autotune.storage`: the store converts them into records of `autotune.ground.records`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from autotune.collectives import profile_from_json, profile_json
-from autotune.records import (
+from autotune.ground.records import (
     ArtifactRecord,
     ClaimRecord,
     ClaimState,
@@ -45,6 +44,7 @@ from autotune.records import (
     StudyRecord,
     TrialOutcome,
 )
+from autotune.rules.collectives import profile_from_json, profile_json
 
 TABLE_PREFIX = "autotune_"
 VERSION_TABLE = "autotune_alembic_version"

@@ -15,8 +15,8 @@ from sqlalchemy import (
     update,
 )
 
-from autotune.errors import StorageError
-from autotune.records import (
+from autotune.ground.errors import StorageError
+from autotune.ground.records import (
     ClaimState,
     Environment,
     FlagValue,

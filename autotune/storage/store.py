@@ -5,7 +5,7 @@ store keeps what Optuna does not (studies' settings, environments, every
 measurement run, the files trials produced). It owns its engine and sessions,
 migrates its tables with Alembic (version table `autotune_alembic_version`,
 apart from Optuna's `alembic_version`), translates database errors into
-`StorageError` and hands out plain records from `autotune.records`, never ORM
+`StorageError` and hands out plain records from `autotune.ground.records`, never ORM
 rows.
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy import (
     update,
 )
 
-from autotune.records import (
+from autotune.ground.records import (
     MeasureMode,
     StudyRecord,
 )

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from autotune._proc import raise_if_interrupted
-from autotune.records import FlagValue, Role, RunRecord
+from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.records import FlagValue, Role, RunRecord
 from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
 from autotune.results.ranking import ranked
 from autotune.study.context import StudyContext

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from autotune._proc import deferred_interrupt
-from autotune.launcher import Launcher, TrialRequest
-from autotune.records import (
+from autotune.ground.proc import deferred_interrupt
+from autotune.ground.records import (
     CLAIM_BEAT_S,
     ClaimRecord,
     ClaimState,
@@ -32,6 +31,7 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
+from autotune.launch.launcher import Launcher, TrialRequest
 from autotune.storage.store import Store
 from autotune.study.heartbeat import claim_heartbeat
 from autotune.study.measured import BUDGET_ROLES

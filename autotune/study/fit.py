@@ -18,10 +18,17 @@ from dataclasses import replace
 
 import optuna
 
-from autotune._proc import raise_if_interrupted
 from autotune.flags.catalog import Catalog
 from autotune.flags.compose import compiler_options, config_key, effective_config
-from autotune.records import ClaimRecord, ClaimState, ClaimVerdict, FlagValue, Role, RunRecord
+from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.records import (
+    ClaimRecord,
+    ClaimState,
+    ClaimVerdict,
+    FlagValue,
+    Role,
+    RunRecord,
+)
 from autotune.spaces.fit import SpaceFit, apply_fit, collective_changes, probe_cases, run_probe
 from autotune.spaces.fit import settle as settle_fit
 from autotune.study.context import StudyContext

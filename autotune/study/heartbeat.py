@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from autotune._proc import deferred_interrupt
-from autotune.records import CLAIM_BEAT_S
+from autotune.ground.proc import deferred_interrupt
+from autotune.ground.records import CLAIM_BEAT_S
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
-from autotune.records import FlagValue, Role, RunRecord
+from autotune.ground.records import FlagValue, Role, RunRecord
 from autotune.results.ranking import peak_memory, within_budget
 
 #: Roles whose runs are the study's measurements of a configuration (not re-measurements).

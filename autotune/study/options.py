@@ -5,7 +5,7 @@ from `Study.create`'s arguments; a worker reads it back from the study's
 recipe. Everything else is derived from it: the plan (`autotune.api.plan_study`
 resolves the space, the workload and the sizes), what a re-run must match
 (`recorded`), the job every trial's child gets (`job`: the options named as
-`autotune.protocol.Job` fields) and what happens after the search
+`autotune.ground.protocol.Job` fields) and what happens after the search
 (`AfterSearch.of`). Adding an option is adding a field here (the command line
 makes its option from it) and a line in the README.
 """
@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from autotune.errors import UsageError
-from autotune.protocol import Job
+from autotune.ground.errors import UsageError
+from autotune.ground.protocol import Job
 
 #: Options a re-run may change (running more trials continues the study), or that are
 #: recorded otherwise: the study's columns, the files' hashes, sizes in bytes, the command's

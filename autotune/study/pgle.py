@@ -1,7 +1,7 @@
 """PGLE runs of one configuration: 003's three steps as fresh-process trials.
 
 Orchestration (layer 4b). Each run is one trial child with a PGLE job
-(`autotune.launcher.PgleSpec`, `autotune.child.pgle_phase`) that times the
+(`autotune.launch.launcher.PgleSpec`, `autotune.child.pgle_phase`) that times the
 configuration's performance run against the configuration itself, in one
 process, like any PAIRED trial. In manual mode the first run also collects
 the profile (003's profile run and the conversion) and writes it where the
@@ -21,17 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import pgle as rules
-from autotune._proc import raise_if_interrupted
-from autotune.errors import UsageError
 from autotune.flags.catalog import Catalog
 from autotune.flags.compose import split_per_compile
-from autotune.launcher import Launcher, PgleSpec, TrialRequest
-from autotune.records import ArtifactRecord, FlagValue, MeasureMode, Role, TrialOutcome
+from autotune.ground.errors import UsageError
+from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.records import ArtifactRecord, FlagValue, MeasureMode, Role, TrialOutcome
+from autotune.launch.launcher import Launcher, PgleSpec, TrialRequest
+from autotune.launch.workloads import WorkloadInfo, list_benchmarks
 from autotune.results.pgle import pgle_runs, pgle_targets, profile_kind
 from autotune.study.context import StudyContext
 from autotune.study.plan import PgleEvent, StudyPlan
 from autotune.study.trials import RequestSettings, TrialJudge
-from autotune.workloads import WorkloadInfo, list_benchmarks
 
 #: Called after each run: (runs done, runs planned, the run's outcome).
 Progress = Callable[[int, int, TrialOutcome], None]

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.records import MeasureMode, Role, TrialOutcome
+from autotune.ground.records import MeasureMode, Role, TrialOutcome
+from autotune.launch.workloads import WorkloadInfo
 from autotune.results.shrink import Step
 from autotune.spaces import Space
 from autotune.study.options import StudyOptions
 from autotune.study.samplers import Objective, SamplerChoice, choose_sampler, parse_objectives
 from autotune.study.trials import RequestSettings, with_device_count
-from autotune.workloads import WorkloadInfo
 
 #: Seconds between looks at the database while another process measures what this one needs.
 POLL_S = 1.0

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from autotune.errors import BackendMismatchError, UnknownFlagsInSpaceError
 from autotune.flags.catalog import Catalog, Channel
-from autotune.records import FlagValue
+from autotune.ground.errors import BackendMismatchError, UnknownFlagsInSpaceError
+from autotune.ground.records import FlagValue
 from autotune.spaces import Space
 from autotune.spaces.params import same_value
 from autotune.spaces.prune import without_flags, without_values

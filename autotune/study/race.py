@@ -10,7 +10,7 @@ objective alone, and can be switched off (`options.racing`).
 
 from __future__ import annotations
 
-from autotune.records import ClaimVerdict, Role, RunRecord, TrialOutcome
+from autotune.ground.records import ClaimVerdict, Role, RunRecord, TrialOutcome
 from autotune.results.evidence import ProgramEvidence, pooled, race_target
 from autotune.results.ranking import within_budget
 from autotune.study.context import StudyContext

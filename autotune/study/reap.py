@@ -13,8 +13,8 @@ import time
 
 from optuna.storages import fail_stale_trials
 
-from autotune._proc import process_alive, raise_if_interrupted
-from autotune.records import ClaimState
+from autotune.ground.proc import process_alive, raise_if_interrupted
+from autotune.ground.records import ClaimState
 from autotune.storage._optuna import fail_trial_id, quiet_experimental, requeue, trials_in
 from autotune.study.context import StudyContext
 from autotune.study.measured import BUDGET_ROLES, MEASURED_ROLES

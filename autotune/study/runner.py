@@ -25,11 +25,18 @@ from typing import Any
 
 import optuna
 
-from autotune._proc import raise_if_interrupted
-from autotune.errors import BaselineFailedError
 from autotune.flags.catalog import load_catalog
-from autotune.launcher import Launcher
-from autotune.records import ClaimVerdict, Environment, FlagValue, Role, RunRecord, TrialOutcome
+from autotune.ground.errors import BaselineFailedError
+from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.records import (
+    ClaimVerdict,
+    Environment,
+    FlagValue,
+    Role,
+    RunRecord,
+    TrialOutcome,
+)
+from autotune.launch.launcher import Launcher
 from autotune.results.shrink import Shrink
 from autotune.spaces import Space
 from autotune.spaces.fit import SpaceFit, apply_fit

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import UsageError
+from autotune.ground.errors import UsageError
 
 if TYPE_CHECKING:
     from autotune.spaces import Space

@@ -6,7 +6,7 @@ proposals), answers a proposal whose effective flags were measured already
 with the recorded result (`autotune.study.measured`), and otherwise measures
 it as one claimed run (`StudyContext.claimed_run`) that counts toward
 `--trials`. A search trial carries the prune limits of what was measured so
-far (`autotune.stopping`) and, in PAIRED mode, the programs already timed on
+far (`autotune.rules.stopping`) and, in PAIRED mode, the programs already timed on
 this host (compile before timing). With a memory budget, a configuration
 above it is infeasible through Optuna's constraints (`trial.set_constraint`),
 and the `feasible` user attribute says so.
@@ -20,10 +20,9 @@ from typing import Any
 import optuna
 from optuna.trial import FixedTrial, TrialState
 
-from autotune._proc import deferred_interrupt
 from autotune.flags.compose import config_key, effective_config
-from autotune.launcher import TrialRequest
-from autotune.records import (
+from autotune.ground.proc import deferred_interrupt
+from autotune.ground.records import (
     ClaimState,
     ClaimVerdict,
     FlagValue,
@@ -33,10 +32,11 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
+from autotune.launch.launcher import TrialRequest
 from autotune.results.evidence import incumbent, pooled
 from autotune.results.ranking import peak_memory, within_budget
+from autotune.rules.stopping import prune_curve, prune_limit, running_ratios
 from autotune.spaces import Space
-from autotune.stopping import prune_curve, prune_limit, running_ratios
 from autotune.storage._optuna import (
     beating,
     fail_open_trial,
@@ -218,7 +218,7 @@ class Search:
     def _prune_ratio(self, index: MeasuredIndex) -> float | None:
         """Stop a search trial once it is `prune_margin` times slower than the best so far.
 
-        See `autotune.stopping.prune_limit` for when no limit is set.
+        See `autotune.rules.stopping.prune_limit` for when no limit is set.
         """
         plan = self.ctx.plan
         return prune_limit(plan.options.prune_margin, index.best_ratio(plan.memory_budget_bytes),
@@ -227,7 +227,7 @@ class Search:
     def _prune_curve(self, index: MeasuredIndex) -> tuple[float | None, ...] | None:
         """Also stop a search trial once it is slower than the other trials' median so far.
 
-        The curve (`autotune.stopping.prune_curve`) is built from this
+        The curve (`autotune.rules.stopping.prune_curve`) is built from this
         environment's search and recommended runs (the index holds one
         environment's) that timed PAIRED steps, ok or pruned: a pruned run's
         steps count for the pairs it reached. None (no median rule) under the

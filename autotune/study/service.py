@@ -8,8 +8,8 @@ reaches them through a `Watcher`.
 
 from __future__ import annotations
 
-from autotune.launcher import SubprocessLauncher
-from autotune.records import Environment
+from autotune.ground.records import Environment
+from autotune.launch.launcher import SubprocessLauncher
 from autotune.results.shrink import Shrink
 from autotune.storage.store import Store
 from autotune.study.options import AfterSearch

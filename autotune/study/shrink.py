@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from autotune._proc import raise_if_interrupted
 from autotune.flags.compose import compiler_options
-from autotune.records import ClaimRecord, ClaimVerdict, Role, TrialOutcome
+from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.records import ClaimRecord, ClaimVerdict, Role, TrialOutcome
 from autotune.results.ranking import recommend
 from autotune.results.shrink import Shrink, Step, shrink
 from autotune.study.context import StudyContext

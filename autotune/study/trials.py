@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
-from autotune.launcher import TrialRequest
-from autotune.numerics import checksums_agree, tolerance
-from autotune.protocol import Job
-from autotune.records import (
+from autotune.ground.protocol import Job
+from autotune.ground.records import (
     Environment,
     FlagValue,
     Measurement,
@@ -27,7 +25,9 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
-from autotune.stats import paired_ratio, step_stats
+from autotune.launch.launcher import TrialRequest
+from autotune.rules.numerics import checksums_agree, tolerance
+from autotune.rules.stats import paired_ratio, step_stats
 
 DEVICE_COUNT_FLAG = "xla_force_host_platform_device_count"
 
@@ -89,7 +89,7 @@ class RequestSettings:
     timeout_s: float
     memory_limit_bytes: int | None = None
     command: tuple[str, ...] | None = None
-    #: a cluster launcher's template (`autotune.launcher.parse_template`), or None: one process
+    #: a cluster launcher's template (`launch.launcher.parse_template`), or None: one process
     launcher: str | None = None
 
 

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from autotune.stats import paired_ratio
+from autotune.rules.stats import paired_ratio
 
 
 def main() -> int:

@@ -67,7 +67,7 @@ def show(label: str, first: float, again: list[float], size: int) -> None:
 
 def append_run(storage: str, name: str) -> None:
     """Store one more run: the last search run again, under a new trial number."""
-    from autotune.records import Role
+    from autotune.ground.records import Role
     from autotune.storage.store import Store
 
     with Store.open(storage) as store:

@@ -58,7 +58,7 @@ from typing import Any
 from autotune.api import Study
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import compose_env, config_key, effective_config
-from autotune.records import (
+from autotune.ground.records import (
     Environment,
     FlagValue,
     Measurement,
@@ -69,6 +69,7 @@ from autotune.records import (
     RunRecord,
     TrialOutcome,
 )
+from autotune.launch.workloads import resolve_benchmark
 from autotune.results.confirmation import needs_confirmation
 from autotune.results.export import export_document
 from autotune.results.notes import study_notes
@@ -79,7 +80,6 @@ from autotune.spaces.params import Param
 from autotune.spaces.space import Space
 from autotune.storage.store import Store
 from autotune.study.plan import StudyPlan
-from autotune.workloads import resolve_benchmark
 
 HOST = "bench-node-1"
 OWNERS = ((HOST, 41001), (HOST, 41002))  # two processes ran the study

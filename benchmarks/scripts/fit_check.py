@@ -2,7 +2,7 @@
 
 Compiles each benchmark in this process on N host devices (XLA_FLAGS is set
 before jax starts), reads the collectives of its optimised HLO
-(`autotune.collectives.collective_profile`) and prints, per space, what
+(`autotune.rules.collectives.collective_profile`) and prints, per space, what
 `autotune.spaces.fit.collective_changes` does with them: the evidence of
 the baseline's collectives only. The compile-only probe (flags whose every
 value compiles to the baseline's program) needs one trial child per value:
@@ -27,7 +27,7 @@ def profile_of(benchmark: str, preset: str) -> dict:
     import jax
 
     from autotune.child.workload import build_workload
-    from autotune.collectives import collective_profile
+    from autotune.rules.collectives import collective_profile
 
     work = build_workload(str(ROOT / "benchmarks" / f"{benchmark}.py"), preset)
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)

@@ -18,8 +18,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from autotune.launcher import SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
+from autotune.ground.protocol import Job
+from autotune.launch.launcher import SubprocessLauncher, TrialRequest
 
 SETTINGS: list[dict[str, object]] = [
     {},

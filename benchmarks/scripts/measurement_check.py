@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from autotune.launcher import SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
+from autotune.ground.protocol import Job
+from autotune.launch.launcher import SubprocessLauncher, TrialRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSFORMER = ROOT / "benchmarks" / "transformer.py"

@@ -6,10 +6,10 @@ Replays the recorded step times of a table (`benchmarks/tables/`) in seeded
 random orders, as a random search would meet them, and applies each rule to
 every configuration's paired steps as they come in:
 
-- `margin M`: autotune's margin rule (`autotune.stopping`, run in the trial
+- `margin M`: autotune's margin rule (`autotune.rules.stopping`, run in the trial
   child): after 6 pairs, stop once the candidate/baseline ratio of medians
   exceeds M times the best ratio measured so far;
-- `child median`: autotune's median rule alone (`autotune.stopping.median_curve`):
+- `child median`: autotune's median rule alone (`autotune.rules.stopping.median_curve`):
   after 6 pairs, stop once the candidate's lowest running ratio so far
   exceeds the median running ratio after k pairs of the configurations met
   so far (pruned ones up to where they stopped), once 5 of them reached k
@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from autotune.protocol import PRUNE_AFTER
-from autotune.stopping import curve_of_ratios, prune_point, running_ratios
+from autotune.ground.protocol import PRUNE_AFTER
+from autotune.rules.stopping import curve_of_ratios, prune_point, running_ratios
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
@@ -133,7 +133,7 @@ def simulate(table: Any, rule: Any, seed: int) -> tuple[int, int, int, float]:
 def main() -> None:
     import optuna
 
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("tables", nargs="*", type=Path,

@@ -1,7 +1,7 @@
 """Record an exhaustive table of a small space: every distinct configuration, measured.
 
 The tables under `benchmarks/tables/` feed the replay launcher
-(`autotune.replay.ReplayTable`) in tests and in the search-efficiency benchmark:
+(`autotune.launch.replay.ReplayTable`) in tests and in the search-efficiency benchmark:
 
     python benchmarks/scripts/record_table.py --benchmark transformer --preset small \\
         --space benchmarks/tables/cpu-table.yaml --repeats 3 \\
@@ -16,7 +16,7 @@ baseline's (the same paired timing as a study's trial, `autotune.bench`), then
 compares outputs (numerics guard), reads the memory analysis and fingerprints
 the compiled program (`autotune.child.program.program_fingerprint`: configurations
 with one fingerprint run the same code, and the replay pools their repeats
-into one truth; see `autotune.replay.ReplayTable.true_ratio`). Repeats are
+into one truth; see `autotune.launch.replay.ReplayTable.true_ratio`). Repeats are
 separate processes, so the spread across them is the per-process noise a
 study meets. A repeat writes one JSON line per configuration as it goes and is
 resumed if interrupted.
@@ -76,7 +76,7 @@ def _lowered(benchmark: str, preset: str) -> tuple[Any, Any]:
     import jax
 
     from autotune.child.workload import build_workload
-    from autotune.workloads import resolve_benchmark
+    from autotune.launch.workloads import resolve_benchmark
 
     work = build_workload(str(resolve_benchmark(benchmark).path), preset)
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
@@ -100,7 +100,7 @@ def child(args: argparse.Namespace) -> None:
     from autotune.child.timing import compile_lowered, numerics_facts, time_paired
     from autotune.flags.catalog import load_catalog
     from autotune.flags.compose import compiler_options, config_key
-    from autotune.protocol import Job
+    from autotune.ground.protocol import Job
 
     configs = json.loads(Path(args.child).read_text())
     out = Path(args.out)

@@ -6,7 +6,7 @@
 A study is only done when its answer can be acted on: a recommendation that
 confirmation measured faster than XLA's defaults, or a confident "keep the
 defaults". This script models what that costs on a recorded table
-(`benchmarks/tables/`, answered by `autotune.replay.TableLauncher`): each
+(`benchmarks/tables/`, answered by `autotune.launch.replay.TableLauncher`): each
 seeded study runs a search of B timed processes, then the confirmation phase
 `autotune study` runs by default (the best 3 configurations, 4 fresh processes
 each), and the answer is `recommend`'s. The bill counts every process the
@@ -70,12 +70,12 @@ def one_answer(job: tuple[str, str, int, int]) -> tuple[bool, float]:
     import optuna
 
     from autotune.flags.compose import config_key, effective_config
-    from autotune.replay import TableLauncher
+    from autotune.launch.replay import TableLauncher
+    from autotune.launch.workloads import resolve_benchmark
     from autotune.results.ranking import recommend
     from autotune.storage.store import Store
     from autotune.study.plan import StudyPlan
     from autotune.study.runner import StudyRunner
-    from autotune.workloads import resolve_benchmark
 
     path, variant, seed, budget = job
     table, space, catalog = efficiency._loaded(path)

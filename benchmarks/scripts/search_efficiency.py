@@ -168,11 +168,11 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
     """
     import optuna
 
-    from autotune.replay import TableLauncher
+    from autotune.launch.replay import TableLauncher
+    from autotune.launch.workloads import resolve_benchmark
     from autotune.storage.store import Store
     from autotune.study.plan import StudyPlan
     from autotune.study.runner import StudyRunner
-    from autotune.workloads import resolve_benchmark
 
     plan = StudyPlan.of(name=f"{sampler}-{seed}", space=space,
                      workload=resolve_benchmark(table.meta["benchmark"]), trials=timed * 20,
@@ -220,7 +220,7 @@ def _trace(table, runs, catalog, rule: str) -> Trace:
 def _loaded(path: str) -> tuple[Any, Any, Any]:
     """The table, its space and the catalog, read once per process."""
     from autotune.flags.catalog import load_catalog
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
     from autotune.spaces import load_space
 
     table = ReplayTable.load(path)

@@ -63,10 +63,10 @@ def _drop(base: str, schema: str) -> None:
 
 
 def _plan(table_path: str, trials: int, sampler: str = "grid"):
-    from autotune.replay import ReplayTable
+    from autotune.launch.replay import ReplayTable
+    from autotune.launch.workloads import resolve_benchmark
     from autotune.spaces import load_space
     from autotune.study.plan import StudyPlan
-    from autotune.workloads import resolve_benchmark
 
     table = ReplayTable.load(table_path)
     space = load_space(str(ROOT / table.meta["space"]))
@@ -79,7 +79,7 @@ def _worker(url: str, table_path: str, trials: int, seed: int, device_s: float,
             sampler: str) -> int:
     """One worker process: run the study until it holds its trials; return launches."""
     from autotune.flags.catalog import load_catalog
-    from autotune.replay import TableLauncher
+    from autotune.launch.replay import TableLauncher
     from autotune.storage.store import Store
     from autotune.study.runner import StudyRunner
 

@@ -14,8 +14,10 @@ VERSION = "0.1.0"
 
 DATA_DIRS = ("search_spaces", "benchmarks", "alembic")
 
-_PACKAGE_DATA = Path(__file__).resolve().parent / "_data"
-_CHECKOUT_ROOT = Path(__file__).resolve().parents[1]
+#: the autotune package (this module lives in `autotune/ground/`)
+_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE_DATA = _PACKAGE / "_data"
+_CHECKOUT_ROOT = _PACKAGE.parent
 
 
 def data_dir(name: str) -> Path:
@@ -59,7 +61,7 @@ def source_digest() -> str:
     if _DIGEST is None:
         import hashlib
 
-        package = Path(__file__).resolve().parent
+        package = _PACKAGE
         digest = hashlib.sha256()
         for path in sorted(package.rglob("*.py")):
             if "_data" in path.relative_to(package).parts:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import signal
 
-from autotune.records import OutcomeKind
+from autotune.ground.records import OutcomeKind
 
 Classified = tuple[OutcomeKind, str]
 

@@ -1,7 +1,7 @@
-"""Run a child process safely (bottom layer: imports only `autotune._guard`).
+"""Run a child process safely (bottom layer: imports only `autotune.ground.guard`).
 
 Used by the trial launcher and by the flag probe. A child runs without a shell,
-in its own session, under a hard time limit, behind a guard (`autotune._guard`)
+in its own session, under a hard time limit, behind a guard (`autotune.ground.guard`)
 that takes it down when this process dies, however it dies; on timeout its
 whole process group is killed.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune._guard import argv_for
+from autotune.ground.guard import argv_for
 
 TAIL_BYTES = 4000
 
@@ -54,7 +54,7 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
     configuration that needs too much memory fails alone instead of taking the
     machine down. The logs go to `cwd`; the child runs in `workdir` (default `cwd`).
 
-    The child runs behind `autotune._guard`: if this process dies (SIGKILL
+    The child runs behind `autotune.ground.guard`: if this process dies (SIGKILL
     included) the guard kills the child's whole group and removes `scratch`.
     The kernel ties that to the thread that forks, so call this from a thread
     that outlives the child (the main thread). Nothing here uses `preexec_fn`,

@@ -1,6 +1,6 @@
-"""Read the trial child's result file into records (statistics of step times: `autotune.stats`).
+"""Read the trial child's result file into records (step-time statistics: `rules.stats`).
 
-The document's contract (fields, types, schema version) is `autotune.protocol`;
+The document's contract (fields, types, schema version) is `autotune.ground.protocol`;
 this module turns a checked document into a `Measurement`. Nothing here
 imports jax.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.collectives import profile_from_json
-from autotune.protocol import ProtocolError, parse_result
-from autotune.records import Measurement, MeasureMode, OutcomeKind
+from autotune.ground.protocol import ProtocolError, parse_result
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind
+from autotune.rules.collectives import profile_from_json
 
 
 class ResultFileError(ValueError):
@@ -66,7 +66,7 @@ def read_result(path: Path) -> tuple[OutcomeKind, str, Measurement | None]:
 
     Raises:
         ResultFileError: the file is missing or cut short, breaks the protocol
-            (`autotune.protocol.parse_result`; the message names the field) or
+            (`autotune.ground.protocol.parse_result`; the message names the field) or
             names an unknown status.
     """
     try:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.records import CollectiveStats
+from autotune.ground.records import CollectiveStats
 
 #: The collective kinds, as HLO names their instructions.
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")

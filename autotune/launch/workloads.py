@@ -10,8 +10,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune._resources import data_dir
-from autotune.errors import UnknownBenchmarkError, WorkloadError
+from autotune.ground.errors import UnknownBenchmarkError, WorkloadError
+from autotune.ground.resources import data_dir
 
 
 @dataclass(frozen=True)

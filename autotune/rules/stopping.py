@@ -3,7 +3,7 @@
 The child applies these rules step by step; the parent sets the prune limit
 (`prune_limit`) and the other trials' median curve (`median_curve`), and
 replays the same rules over recorded steps (`prune_point`, in
-`autotune.replay` and the pruning benchmark), so one definition serves both.
+`autotune.launch.replay` and the pruning benchmark), so one definition serves both.
 Pure and standard library only, tested in-process.
 """
 

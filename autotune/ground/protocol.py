@@ -36,7 +36,7 @@ RESULT_ENV = "AUTOTUNE_RESULT"
 #: Paired steps timed before a candidate may be pruned.
 PRUNE_AFTER = 6
 #: The variables in which a launcher tells each process its rank, in the order they are
-#: believed: the local launcher's (`autotune._local_launch`, and JAX's own name), then an
+#: believed: the local launcher's (`autotune.ground.local_launch`, and JAX's own name), then an
 #: MPI launcher's, then Slurm's. An MPI launcher started inside a Slurm allocation inherits
 #: the allocation's SLURM_PROCID, the same in every process, so its own variable goes first.
 RANK_VARIABLES = ("JAX_PROCESS_ID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
@@ -68,11 +68,11 @@ class Job:
         steps: timed steps (per executable).
         warmup, max_warmup: warm-up rounds at least and at most; warming stops
             early once the last `settle_window` times of every executable lie
-            within `settle_tolerance` of their median (`autotune.stopping`).
+            within `settle_tolerance` of their median (`autotune.rules.stopping`).
         prune_ratio: PAIRED mode: stop once median(candidate)/median(baseline)
             exceeds it, after `prune_after` pairs; None never prunes.
         prune_curve: PAIRED mode: the other trials' median running ratio per
-            number of pairs (`autotune.stopping.median_curve`): item k-1 is
+            number of pairs (`autotune.rules.stopping.median_curve`): item k-1 is
             the median after k pairs, null where it sets no limit. Once
             `prune_after` pairs are timed, the candidate also stops when its
             ratio after k pairs exceeds item k-1 (past the end: no limit).
@@ -174,7 +174,7 @@ def rank_result_path(path: str, rank: int) -> str:
 
     Process 0 writes `path` itself (a single-process trial is process 0), process
     k > 0 writes `path.k`. The parent reads process 0's result and the others'
-    statuses (`autotune.launcher.deciding_report`). Raises ValueError for a
+    statuses (`autotune.launch.launcher.deciding_report`). Raises ValueError for a
     negative rank.
     """
     if rank < 0:
@@ -310,7 +310,7 @@ TIME_LISTS = ("step_times_s", "baseline_step_times_s", "warmup_times_s",
               "baseline_warmup_times_s")
 #: Result fields that are one non-negative finite number when present (`written_at`: when
 #: the child wrote the document, in seconds since the epoch; a multi-process trial's
-#: earliest failure is its cause, `autotune.launcher.deciding_report`).
+#: earliest failure is its cause, `autotune.launch.launcher.deciding_report`).
 NUMBERS = ("compile_time_s", "baseline_compile_time_s", "first_step_time_s",
            "baseline_first_step_time_s", "checksum", "baseline_checksum", "abs_sum",
            "written_at")

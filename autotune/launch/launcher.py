@@ -8,7 +8,7 @@ A trial may run through a cluster launcher (`TrialRequest.launcher`, a
 template such as `srun -N 2 --ntasks-per-node 1 {cmd}`; `parse_template`),
 which may start several processes of the child. Every process gets the same
 environment; process 0 writes the result, process k > 0 writes its own file
-beside it (`autotune.protocol.rank_result_path`), and a failure any of them
+beside it (`autotune.ground.protocol.rank_result_path`), and a failure any of them
 reports can decide the trial (`deciding_report`).
 """
 
@@ -27,11 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autotune._proc import Finished, run_bounded
-from autotune.errors import UsageError
-from autotune.failures import classify_exit
-from autotune.measurement import ResultFileError, read_result
-from autotune.protocol import (
+from autotune.ground.errors import UsageError
+from autotune.ground.proc import Finished, run_bounded
+from autotune.ground.protocol import (
     COORDINATOR_ENV,
     JOB_ENV,
     RANK_VARIABLES,
@@ -40,7 +38,9 @@ from autotune.protocol import (
     Job,
     Phase,
 )
-from autotune.records import FlagValue, Measurement, OutcomeKind, TrialOutcome
+from autotune.ground.records import FlagValue, Measurement, OutcomeKind, TrialOutcome
+from autotune.rules.failures import classify_exit
+from autotune.rules.measurement import ResultFileError, read_result
 
 #: The word of a launcher template that stands for the child's command line.
 CMD_PLACEHOLDER = "{cmd}"
@@ -62,7 +62,7 @@ def parse_template(text: str) -> tuple[str, ...]:
     launcher must pass the environment on to every process (srun does; with
     Open MPI add `-x AUTOTUNE_JOB -x AUTOTUNE_RESULT -x XLA_FLAGS`), should
     end the others when one fails (`srun --kill-on-bad-exit=1`; mpirun and
-    `autotune._local_launch` do), and the trial's scratch folder must lie on
+    `autotune.ground.local_launch` do), and the trial's scratch folder must lie on
     a filesystem every host sees.
 
     Raises:
@@ -142,7 +142,7 @@ def rank_message(report: RankReport) -> str:
 
 @dataclass(frozen=True)
 class PgleSpec:
-    """A PGLE trial (`autotune.protocol.Job.pgle_mode`; PAIRED only), applied to a request
+    """A PGLE trial (`autotune.ground.protocol.Job.pgle_mode`; PAIRED only), applied to a request
     by `TrialRequest.with_pgle`.
 
     Attributes:
@@ -170,7 +170,7 @@ class TrialRequest:
     Attributes:
         workload: path of a workload file (see `autotune.bench`).
         preset: size preset passed to the workload.
-        job: how the child measures (`autotune.protocol.Job`: steps, warm-up,
+        job: how the child measures (`autotune.ground.protocol.Job`: steps, warm-up,
             prune limits, the typed `compiler_options` of PAIRED mode or None
             for DIRECT mode, known programs, memory budget, reference options,
             phases, PGLE); the launcher adds the trial's `artifact_dir`.

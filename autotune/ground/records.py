@@ -70,7 +70,7 @@ def median(values: tuple[float, ...]) -> float | None:
 @dataclass(frozen=True)
 class CollectiveStats:
     """One kind of collective (all-reduce, all-gather...) in a compiled program, as
-    `autotune.collectives.collective_profile` reads it from the optimised HLO.
+    `autotune.rules.collectives.collective_profile` reads it from the optimised HLO.
 
     Sizes are bytes of the instructions' results, which XLA's combine and
     latency-bound thresholds compare: `bytes` over every instruction of the
@@ -133,7 +133,7 @@ class Measurement:
     #: kind -> its collectives in the compiled program (kinds the program lacks are left
     #: out); None where it was not read (runs stored before it was).
     collectives: Mapping[str, CollectiveStats] | None = None
-    #: a PGLE job's facts (`autotune.protocol.PGLE_RESULT`: mode, profile path, costs,
+    #: a PGLE job's facts (`autotune.ground.protocol.PGLE_RESULT`: mode, profile path, costs,
     #: source, names found in the candidate's program, note); None for any other job
     pgle: Mapping[str, Any] | None = None
 

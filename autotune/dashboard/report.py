@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.errors import ExportError
+from autotune.ground.errors import ExportError
 
 if TYPE_CHECKING:
     from autotune.storage.store import Store

@@ -1,7 +1,7 @@
 """What each benchmark compiles to: the collectives in its optimised HLO.
 
 Read by compiling and running each workload once (tiny preset) in a trial
-child, whose result carries the collectives per kind (`autotune.collectives`:
+child, whose result carries the collectives per kind (`autotune.rules.collectives`:
 how many, and how many of them inside a while loop). Cached per content of the
 benchmark files, jaxlib version and device count, so `autotune benchmarks list`
 is fast after the first call.
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.bench import PRESETS
-from autotune.launcher import SubprocessLauncher, TrialRequest
-from autotune.protocol import Job
-from autotune.workloads import WorkloadInfo
+from autotune.ground.protocol import Job
+from autotune.launch.launcher import SubprocessLauncher, TrialRequest
+from autotune.launch.workloads import WorkloadInfo
 
-#: The kinds (`autotune.collectives.KINDS`) in the order they are shown, FSDP's first.
+#: The kinds (`autotune.rules.collectives.KINDS`) in the order they are shown, FSDP's first.
 COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "collective-permute", "all-to-all")
 #: The figures of one kind: how many instructions, how many of them inside a while loop.
 FIGURES = ("count", "in_loop")

@@ -1,7 +1,7 @@
-"""`python -m autotune._local_launch -n N -- CMD...`: N copies of CMD on this machine, as one job.
+"""`python -m autotune.ground.local_launch -n N -- CMD...`: N copies of CMD here, as one job.
 
 The smallest cluster launcher, for multi-process trials on one host
-(`--launcher "python -m autotune._local_launch -n 2 -- {cmd}"`) and for
+(`--launcher "python -m autotune.ground.local_launch -n 2 -- {cmd}"`) and for
 their tests. It picks a free TCP port and starts N copies of CMD (no shell),
 copy k with the environment plus JAX_COORDINATOR_ADDRESS=127.0.0.1:PORT,
 JAX_NUM_PROCESSES=N and JAX_PROCESS_ID=k, the variables
@@ -12,11 +12,11 @@ wait for the failed one in their collectives forever (a JAX process catches
 SIGTERM, so nothing softer is sure to work).
 
 The copies stay in the launcher's process group: the trial's guard
-(`autotune._guard`) and its timeout kill that whole group, copies included.
+(`autotune.ground.guard`) and its timeout kill that whole group, copies included.
 On SIGTERM, SIGHUP or SIGINT the launcher SIGKILLs its copies and exits
 with 128 + the signal's number.
 
-Standard library only (and `autotune._guard`, which is too).
+Standard library only (and `autotune.ground.guard`, which is too).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from autotune._guard import end_as
+from autotune.ground.guard import end_as
 
 #: Exit code when the command line is wrong.
 USAGE = 2
@@ -98,7 +98,7 @@ def run(count: int, cmd: Sequence[str]) -> int:
             pid = os.posix_spawnp(cmd[0], list(cmd), process_env(dict(os.environ), port,
                                                                  count, rank))
         except OSError as exc:
-            sys.stderr.write(f"autotune._local_launch: cannot run {cmd[0]}: {exc}\n")
+            sys.stderr.write(f"autotune.ground.local_launch: cannot run {cmd[0]}: {exc}\n")
             _kill(list(live))
             _reap(live)
             return EXEC_FAILED << 8
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         count, cmd = parse_args(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
-        sys.stderr.write(f"usage: python -m autotune._local_launch -n N -- CMD...: {exc}\n")
+        sys.stderr.write(f"usage: python -m autotune.ground.local_launch -n N -- CMD...: {exc}\n")
         sys.stdout.flush()
         os._exit(USAGE)
     end_as(run(count, cmd))

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune.flags import compose
-from autotune.launcher import Launcher, TrialRequest
-from autotune.measurement import measurement_from_body
-from autotune.protocol import PRUNE_AFTER
-from autotune.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
-from autotune.stats import paired_ratio
-from autotune.stopping import prune_point, prune_verdict
+from autotune.ground.protocol import PRUNE_AFTER
+from autotune.ground.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
+from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.rules.measurement import measurement_from_body
+from autotune.rules.stats import paired_ratio
+from autotune.rules.stopping import prune_point, prune_verdict
 
 TABLE_KIND = "autotune-replay-table"
 TABLE_SCHEMA_VERSION = 1
@@ -191,7 +191,7 @@ class TableLauncher(Launcher):
     table's fingerprints of the program and of the baseline's; a program in
     the request's `known_programs`, or a compile-only request (`timed=False`),
     is compiled only (`_compiled_only`). With `prune_ratio` or `prune_curve`
-    set, the child's pruning rules (`autotune.stopping`) are applied to the
+    set, the child's pruning rules (`autotune.rules.stopping`) are applied to the
     recorded steps, so pruned trials come out as they would have.
 
     Args:
@@ -265,7 +265,7 @@ def _run_ratio(run: Mapping[str, Any]) -> float | None:
 def _outcome(run: Mapping[str, Any], prune_ratio: float | None,
              prune_curve: Sequence[float | None] | None = None) -> TrialOutcome:
     """A recorded run as the outcome of a PAIRED trial, pruned where the child's rules
-    (the margin `prune_ratio` and the median `prune_curve`, `autotune.stopping.prune_verdict`)
+    (the margin `prune_ratio` and the median `prune_curve`, `autotune.rules.stopping.prune_verdict`)
     would have stopped it: its steps cut there, its message the child's."""
     body = {"mode": "paired", "backend": "cpu", **run}
     kind = OutcomeKind(body.get("status", "ok"))

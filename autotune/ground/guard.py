@@ -1,6 +1,6 @@
 """The guard of one child process: it runs the child and takes it down with the parent.
 
-`_proc.run_bounded` starts `python -m autotune._guard PARENT LIMIT SCRATCH -- ARGV...`
+`_proc.run_bounded` starts `python -m autotune.ground.guard PARENT LIMIT SCRATCH -- ARGV...`
 as the leader of a new process group, in place of ARGV. The guard
 
 - asks the kernel for SIGTERM when the parent dies (Linux `PR_SET_PDEATHSIG`),
@@ -48,7 +48,7 @@ def argv_for(parent: int, limit: int | None, scratch: Path | None,
     `-P`: the child's working folder (a user's, for `--command`) is not put on
     `sys.path`, so a folder there named `autotune` cannot stand in for this package.
     """
-    return [sys.executable, "-P", "-m", "autotune._guard", str(parent),
+    return [sys.executable, "-P", "-m", "autotune.ground.guard", str(parent),
             "-" if limit is None else str(limit), "-" if scratch is None else str(scratch),
             "--", *argv]
 
@@ -126,7 +126,7 @@ def end_as(status: int) -> None:
 def main(args: Sequence[str]) -> None:
     """Entry point: `PARENT LIMIT SCRATCH -- ARGV...` (see the module docstring)."""
     if len(args) < 5 or args[3] != "--":
-        sys.stderr.write("usage: python -m autotune._guard PARENT LIMIT SCRATCH -- ARGV...\n")
+        sys.stderr.write("usage: python -m autotune.ground.guard PARENT LIMIT SCRATCH -- ARGV...\n")
         os._exit(2)
     parent, limit = int(args[0]), None if args[1] == "-" else int(args[1])
     scratch = None if args[2] == "-" else Path(args[2])

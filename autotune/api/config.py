@@ -22,7 +22,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, ValidationError
 
 from autotune import pgle as rules
-from autotune.errors import BackendStartedError, ConfigFileError, UsageError
 from autotune.flags.catalog import Catalog, Channel, load_catalog
 from autotune.flags.compose import (
     TOKEN_VARIABLES,
@@ -31,7 +30,8 @@ from autotune.flags.compose import (
     render_value,
     split_per_compile,
 )
-from autotune.records import FlagValue
+from autotune.ground.errors import BackendStartedError, ConfigFileError, UsageError
+from autotune.ground.records import FlagValue
 from autotune.results.export import EXPORT_SCHEMA_VERSION
 
 __all__ = ["Config", "Conflict", "MeasuredOn", "jax_backend_started", "load_config"]
