@@ -30,7 +30,7 @@ from autotune.rules.collectives import (
     profile_from_json,
     profile_json,
 )
-from autotune.rules.measurement import measurement_from_body
+from autotune.rules.measurement import measurement_from_result
 from autotune.spaces import load_space, load_space_text
 from autotune.spaces.fit import Action, collective_changes
 
@@ -162,9 +162,9 @@ def result(**fields: Any) -> str:
 
 def test_the_result_document_carries_the_profile_to_the_measurement():
     body = parse_result(result(collectives=profile_json(EXPECTED), step_times_s=[0.1]))
-    assert measurement_from_body(body).collectives == EXPECTED
+    assert measurement_from_result(body).collectives == EXPECTED
     old = parse_result(result(step_times_s=[0.1]))  # a child from before the field
-    assert measurement_from_body(old).collectives is None
+    assert measurement_from_result(old).collectives is None
     assert profile_from_json({"all-reduce": {"count": 2, "bytes": 8, "later": 1}}) == {
         "all-reduce": CollectiveStats(count=2, bytes=8)}
 

@@ -17,6 +17,7 @@ from autotune.ground.protocol import (
     Job,
     Phase,
     ProtocolError,
+    Result,
     parse_result,
 )
 
@@ -135,11 +136,11 @@ def result(**fields: object) -> str:
 def test_a_good_result_comes_back_as_written():
     body = parse_result(result(step_times_s=[0.01, 0.02], compile_time_s=1.5, checksum=-3.0,
                                peak_memory_bytes=1024, fingerprint="ab", same_program_as=2))
-    assert body["step_times_s"] == [0.01, 0.02] and body["checksum"] == -3.0
+    assert body.step_times_s == (0.01, 0.02) and body.checksum == -3.0
     # zero is a valid size, time or trial number (trial 0 is the baseline)
     zeros = parse_result(result(compile_time_s=0.0, abs_sum=0.5, peak_memory_bytes=0,
                                 same_program_as=0, warmup_steps=1))
-    assert zeros["same_program_as"] == 0 and zeros["compile_time_s"] == 0.0
+    assert zeros.same_program_as == 0 and zeros.compile_time_s == 0.0
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -170,10 +171,51 @@ def test_a_bad_result_names_its_field(text, words):
     assert words in str(info.value)
 
 
+def test_a_result_survives_its_json_round_trip_and_leaves_out_its_defaults():
+    filled = Result(status="pruned", message="slower", mode="paired", step_times_s=(0.5, 0.25),
+                    checksum=-1.5, peak_memory_bytes=0, warmup_settled=False,
+                    hlo_stats={"fusion": 3}, numerics={"ok": True, "max_rel_error": 0.0},
+                    collectives={"all-reduce": {"count": 2}}, pgle={"mode": "auto"})
+    text = filled.to_json()
+    assert parse_result(text) == filled
+    body = json.loads(text)
+    assert body["schema_version"] == SCHEMA_VERSION and body["peak_memory_bytes"] == 0
+    assert "baseline_step_times_s" not in body and "fingerprint" not in body  # defaults
+    bare = parse_result(Result(status="ok", message="").to_json())
+    assert bare == Result("ok", "") and not bare.timed and bare.step_times_s == ()
+    assert parse_result(result(step_times_s=[1, 2])).step_times_s == (1.0, 2.0)
+    assert isinstance(parse_result(result(step_times_s=[1])).step_times_s[0], float)
+
+
+def test_the_child_fills_only_the_contracts_fields_and_the_parent_ignores_others():
+    with pytest.raises(TypeError):
+        Result(status="ok", message="", step_time_s=(0.1,))  # type: ignore[call-arg]
+    assert parse_result(result(later_field=[1, 2], fingerprint="ab")) == Result(
+        "ok", "", fingerprint="ab")
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"warmup_settled": "yes"}, "result field 'warmup_settled': expected true or false"),
+    ({"hlo_stats": [1]}, "result field 'hlo_stats': expected an object, got [1]"),
+    ({"hlo_stats": {"fusion": -1}}, "result field 'hlo_stats.fusion': expected a whole number"),
+    ({"numerics": 0.5}, "result field 'numerics': expected an object, got 0.5"),
+    ({"checksum": float("inf")}, "result field 'checksum': expected a finite number"),
+    ({"abs_sum": -0.5}, "result field 'abs_sum': expected a finite number, got -0.5"),
+    ({"pgle": {"costs": True}}, "result field 'pgle.costs': wrong type, got True"),
+    ({"pgle": []}, "result field 'pgle': expected an object, got []"),
+    ({"same_program_as": -1}, "result field 'same_program_as': expected a whole number"),
+    ({"process_index": True}, "result field 'process_index': expected a whole number"),
+])
+def test_every_kind_of_result_field_is_checked(fields, words):
+    with pytest.raises(ProtocolError) as info:
+        parse_result(result(**fields))
+    assert words in str(info.value)
+
+
 # --- the child's phases ----------------------------------------------------------------------
 
 
-def run_child(job: Job, tmp_path: Path) -> dict:
+def run_child(job: Job, tmp_path: Path) -> Result:
     env = {k: v for k, v in os.environ.items() if k != RESULT_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env[JOB_ENV] = job.to_json()
@@ -187,30 +229,30 @@ def run_child(job: Job, tmp_path: Path) -> dict:
 def test_compile_only_fingerprints_and_a_known_program_is_not_timed(tmp_path):
     compiled = run_child(Job(phases=(Phase.COMPILE,), compiler_options={},
                              artifact_dir=str(tmp_path / "a")), tmp_path)
-    assert compiled["status"] == "ok" and compiled["compile_time_s"] > 0
-    assert compiled["fingerprint"] and "step_times_s" not in compiled
-    assert compiled["hlo_stats"] and compiled["peak_memory_bytes"] > 0
+    assert compiled.status == "ok" and compiled.compile_time_s > 0
+    assert compiled.fingerprint and compiled.step_times_s == ()
+    assert compiled.hlo_stats and compiled.peak_memory_bytes > 0
 
     known = run_child(Job(compiler_options={}, artifact_dir=str(tmp_path / "b"),
-                          known_programs={compiled["fingerprint"]: 4}), tmp_path)
-    assert known["status"] == "ok" and known["same_program_as"] == 4
-    assert known["message"] == "the same program as trial 4, which measured it"
-    assert "step_times_s" not in known and known["fingerprint"] == compiled["fingerprint"]
+                          known_programs={compiled.fingerprint: 4}), tmp_path)
+    assert known.status == "ok" and known.same_program_as == 4
+    assert known.message == "the same program as trial 4, which measured it"
+    assert known.step_times_s == () and known.fingerprint == compiled.fingerprint
 
     timed = run_child(Job(steps=3, warmup=1, max_warmup=1, compiler_options={},
                           artifact_dir=str(tmp_path / "c"), known_programs={"other": 1},
-                          memory_budget_bytes=compiled["peak_memory_bytes"]),
+                          memory_budget_bytes=compiled.peak_memory_bytes),
                       tmp_path)
-    assert len(timed["step_times_s"]) == 3 == len(timed["baseline_step_times_s"])
-    assert "same_program_as" not in timed and timed["status"] == "ok"  # at the budget: timed
+    assert len(timed.step_times_s) == 3 == len(timed.baseline_step_times_s)
+    assert timed.same_program_as is None and timed.status == "ok"  # at the budget: timed
 
     over = run_child(Job(compiler_options={}, artifact_dir=str(tmp_path / "d"),
-                         memory_budget_bytes=compiled["peak_memory_bytes"] - 1), tmp_path)
-    assert over["status"] == "over_budget" and "step_times_s" not in over
-    assert over["message"] == (f"the compiled program needs {compiled['peak_memory_bytes']} "
-                               f"bytes, above the memory budget of "
-                               f"{compiled['peak_memory_bytes'] - 1} bytes: not timed")
-    assert over["peak_memory_bytes"] == compiled["peak_memory_bytes"]
+                         memory_budget_bytes=compiled.peak_memory_bytes - 1), tmp_path)
+    assert over.status == "over_budget" and over.step_times_s == ()
+    assert over.message == (f"the compiled program needs {compiled.peak_memory_bytes} "
+                            f"bytes, above the memory budget of "
+                            f"{compiled.peak_memory_bytes - 1} bytes: not timed")
+    assert over.peak_memory_bytes == compiled.peak_memory_bytes
 
 
 @pytest.mark.slow
@@ -221,9 +263,9 @@ def test_an_invalid_job_is_reported_in_the_result_file(tmp_path):
     done = subprocess.run([sys.executable, "-m", "autotune.child", str(TOY), "--preset", "tiny"],
                           env=env, capture_output=True, text=True, timeout=300, check=True)
     body = parse_result(done.stdout)
-    assert body["status"] == "crashed"
-    assert body["message"] == ("the trial's job is invalid: job field 'steps': expected an "
-                               "integer >= 1, got 0")
+    assert body.status == "crashed"
+    assert body.message == ("the trial's job is invalid: job field 'steps': expected an "
+                            "integer >= 1, got 0")
 
 
 def test_a_reference_needs_a_paired_job():

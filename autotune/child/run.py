@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -43,7 +42,7 @@ from autotune.child.ranks import (
 )
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import Workload, build_workload
-from autotune.ground.protocol import JOB_ENV, SCHEMA_VERSION, Job, Phase, ProtocolError
+from autotune.ground.protocol import JOB_ENV, Job, Phase, ProtocolError, Result
 from autotune.rules.stopping import over_budget
 
 #: The longest failure message kept in a result (the tail of XLA's text).
@@ -161,9 +160,10 @@ def _versions() -> dict[str, Any]:
 
 def write_result(path: str | None, body: dict[str, Any]) -> None:
     """Write the result document (to stdout when no path is given), stamped with the
-    time it is written (`written_at`, seconds since the epoch)."""
-    text = json.dumps({"schema_version": SCHEMA_VERSION, **body, "written_at": time.time()},
-                      indent=1)
+    time it is written (`written_at`, seconds since the epoch).
+
+    `body` holds `protocol.Result`'s fields by name (a name it lacks is a TypeError)."""
+    text = Result(**body, written_at=time.time()).to_json(indent=1)
     if path:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -305,86 +305,171 @@ def _options_ok(options: object) -> bool:
 
 # --- the result ---------------------------------------------------------------------------------
 
-#: Result fields that are lists of step times: each a positive finite number of seconds.
-TIME_LISTS = ("step_times_s", "baseline_step_times_s", "warmup_times_s",
-              "baseline_warmup_times_s")
-#: Result fields that are one non-negative finite number when present (`written_at`: when
-#: the child wrote the document, in seconds since the epoch; a multi-process trial's
-#: earliest failure is its cause, `autotune.launch.launcher.deciding_report`).
-NUMBERS = ("compile_time_s", "baseline_compile_time_s", "first_step_time_s",
-           "baseline_first_step_time_s", "checksum", "baseline_checksum", "abs_sum",
-           "written_at")
-#: Result fields that are one non-negative integer when present (`process_count` and
-#: `process_index`: JAX's processes of the trial, and which one wrote the document).
-COUNTS = ("peak_memory_bytes", "rss_peak_bytes", "device_count", "warmup_steps",
-          "same_program_as", "process_count", "process_index")
-#: Result fields that are text when present.
-TEXTS = ("message", "mode", "fingerprint", "baseline_fingerprint", "memory_source",
-         "jax_version", "jaxlib_version", "backend", "device_kind", "output_dtype")
-_SIGNED = {"checksum", "baseline_checksum"}
+
+def _part(kind: str, default: Any = None) -> Any:
+    """A field of the result, with the kind of value it holds (what `parse_result` checks)."""
+    return field(default=default, metadata={"kind": kind})
 
 
-def parse_result(text: str) -> dict[str, Any]:
-    """Check a child's result document field by field and return it as a dict.
+@dataclass(frozen=True)
+class Result:
+    """The result document: what the child fills and the parent reads, one field each.
+
+    `status` is `ok` or a failure kind (`autotune.rules.failures`), `message`
+    says why. A field the child did not fill keeps its default (nothing
+    timed: no step times). The kind of each field (its metadata) says what
+    `parse_result` accepts:
+
+    - `times`: step times, each a positive finite number of seconds.
+    - `number`: one non-negative finite number (`written_at`: when the child
+      wrote the document, in seconds since the epoch; a multi-process trial's
+      earliest failure is its cause, `autotune.launch.launcher.deciding_report`);
+      `signed`: one finite number.
+    - `count`: one whole number >= 0 (`process_count`, `process_index`: JAX's
+      processes of the trial and which one wrote the document;
+      `same_program_as`: the trial that measured this very program).
+    - `text`, `flag` (true or false), `counts` (name -> whole number: the HLO
+      statistics), `object` (the numerics verdict), `collectives` (kind ->
+      figure name -> whole number) and `pgle` (a PGLE job's facts, each known
+      key of its type, `PGLE_RESULT`).
+    """
+
+    status: str
+    message: str
+    mode: str | None = _part("text")
+    step_times_s: tuple[float, ...] = _part("times", ())
+    baseline_step_times_s: tuple[float, ...] = _part("times", ())
+    warmup_times_s: tuple[float, ...] = _part("times", ())
+    baseline_warmup_times_s: tuple[float, ...] = _part("times", ())
+    compile_time_s: float | None = _part("number")
+    baseline_compile_time_s: float | None = _part("number")
+    first_step_time_s: float | None = _part("number")
+    baseline_first_step_time_s: float | None = _part("number")
+    abs_sum: float | None = _part("number")
+    written_at: float | None = _part("number")
+    checksum: float | None = _part("signed")
+    baseline_checksum: float | None = _part("signed")
+    peak_memory_bytes: int | None = _part("count")
+    device_peak_bytes: int | None = _part("count")
+    rss_peak_bytes: int | None = _part("count")
+    device_count: int | None = _part("count")
+    warmup_steps: int | None = _part("count")
+    same_program_as: int | None = _part("count")
+    process_count: int | None = _part("count")
+    process_index: int | None = _part("count")
+    fingerprint: str | None = _part("text")
+    baseline_fingerprint: str | None = _part("text")
+    memory_source: str | None = _part("text")
+    jax_version: str | None = _part("text")
+    jaxlib_version: str | None = _part("text")
+    backend: str | None = _part("text")
+    device_kind: str | None = _part("text")
+    output_dtype: str | None = _part("text")
+    warmup_settled: bool | None = _part("flag")
+    hlo_stats: Mapping[str, int] | None = _part("counts")
+    numerics: Mapping[str, Any] | None = _part("object")
+    collectives: Mapping[str, Mapping[str, int]] | None = _part("collectives")
+    pgle: Mapping[str, Any] | None = _part("pgle")
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The document as the child writes it: the schema version, then every field that
+        differs from its default (a field left out reads back as its default)."""
+        body = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name in ("status", "message") or getattr(self, f.name) != f.default}
+        return json.dumps({"schema_version": SCHEMA_VERSION, **body}, indent=indent)
+
+    @property
+    def timed(self) -> bool:
+        """Whether the candidate's steps were timed."""
+        return bool(self.step_times_s)
+
+
+def parse_result(text: str) -> Result:
+    """Check a child's result document field by field and return it as a `Result`.
 
     Required: `schema_version` (== SCHEMA_VERSION), `status` (text) and
-    `message` (text). Present fields must have their type: step-time lists
-    hold positive finite numbers; times and sizes are non-negative and finite.
+    `message` (text). Present fields must have their kind (`Result`); a key
+    the contract does not name is ignored.
 
     Raises:
         ProtocolError: the first field at fault, named, with what was found.
     """
     body = _json_object("result", text, "not JSON, or cut short")
     _check_version("result", body.get("schema_version"))
+    return result_of(body)
+
+
+def result_of(body: Mapping[str, Any]) -> Result:
+    """A `Result` from a document's fields (`parse_result`'s checks, without the version).
+
+    Raises:
+        ProtocolError: `status` or `message` is missing or not text, or a field breaks
+            its kind (named, with what was found).
+    """
     for required in ("status", "message"):
         if not isinstance(body.get(required), str):
             raise ProtocolError(f"result field {required!r}: missing or not text "
                                 f"(got {body.get(required)!r})")
-    _check_result_fields(body)
-    _check_collectives(body.get("collectives"))
-    _check_pgle_result(body.get("pgle"))
-    return body
+    values: dict[str, Any] = {"status": body["status"], "message": body["message"]}
+    for part in fields(Result):
+        value = body.get(part.name)
+        if "kind" in part.metadata and value is not None:
+            values[part.name] = _CHECKS[part.metadata["kind"]](part.name, value)
+    return Result(**values)
 
 
-def _check_result_fields(body: dict[str, Any]) -> None:
-    for key in TIME_LISTS:
-        values = body.get(key)
-        if values is None:
-            continue
-        if not isinstance(values, list):
-            raise ProtocolError(f"result field {key!r}: expected a list, got {values!r}")
-        for i, v in enumerate(values):
-            if not (_is_number(v) and v > 0):
-                raise ProtocolError(f"result field '{key}[{i}]': expected a positive finite "
-                                    f"number of seconds, got {v!r}")
-    for key in NUMBERS:
-        v = body.get(key)
-        if v is not None and not (_is_number(v) and (key in _SIGNED or v >= 0)):
-            raise ProtocolError(f"result field {key!r}: expected a finite number, got {v!r}")
-    for key in COUNTS:
-        v = body.get(key)
-        if v is not None and not (_is_int(v) and v >= 0):
-            raise ProtocolError(f"result field {key!r}: expected a whole number, got {v!r}")
-    for key in TEXTS:
-        v = body.get(key)
-        if v is not None and not isinstance(v, str):
-            raise ProtocolError(f"result field {key!r}: expected text, got {v!r}")
+def _times(key: str, values: object) -> tuple[float, ...]:
+    if not isinstance(values, list | tuple):
+        raise ProtocolError(f"result field {key!r}: expected a list, got {values!r}")
+    for i, v in enumerate(values):
+        if not (_is_number(v) and v > 0):
+            raise ProtocolError(f"result field '{key}[{i}]': expected a positive finite "
+                                f"number of seconds, got {v!r}")
+    return tuple(float(v) for v in values)
 
 
-def _check_collectives(value: object) -> None:
-    """`collectives`, when present: kind -> {figure name: whole number >= 0}."""
-    if value is None:
-        return
+def _number(key: str, v: object, signed: bool = False) -> object:
+    if not (_is_number(v) and (signed or v >= 0)):  # type: ignore[operator]
+        raise ProtocolError(f"result field {key!r}: expected a finite number, got {v!r}")
+    return v
+
+
+def _count(key: str, v: object) -> object:
+    if not (_is_int(v) and v >= 0):  # type: ignore[operator]
+        raise ProtocolError(f"result field {key!r}: expected a whole number, got {v!r}")
+    return v
+
+
+def _typed(kinds: type | tuple[type, ...], what: str) -> Any:
+    def check(key: str, v: object) -> object:
+        if not isinstance(v, kinds):
+            raise ProtocolError(f"result field {key!r}: expected {what}, got {v!r}")
+        return v
+    return check
+
+
+def _counts(key: str, value: object) -> object:
+    """`hlo_stats`: name -> whole number."""
     if not isinstance(value, dict):
-        raise ProtocolError(f"result field 'collectives': expected an object, got {value!r}")
+        raise ProtocolError(f"result field {key!r}: expected an object, got {value!r}")
+    for name, v in value.items():
+        _count(f"{key}.{name}", v)
+    return value
+
+
+def _collectives(key: str, value: object) -> object:
+    """`collectives`: kind -> {figure name: whole number >= 0}."""
+    if not isinstance(value, dict):
+        raise ProtocolError(f"result field {key!r}: expected an object, got {value!r}")
     for kind, figures in value.items():
         if not isinstance(figures, dict):
-            raise ProtocolError(f"result field 'collectives.{kind}': expected an object, "
+            raise ProtocolError(f"result field '{key}.{kind}': expected an object, "
                                 f"got {figures!r}")
         for name, v in figures.items():
             if not (_is_int(v) and v >= 0):
-                raise ProtocolError(f"result field 'collectives.{kind}.{name}': expected a "
+                raise ProtocolError(f"result field '{key}.{kind}.{name}': expected a "
                                     f"whole number, got {v!r}")
+    return value
 
 
 #: The `pgle` object of a PGLE job's result: what each key holds (`autotune.child.pgle_phase`).
@@ -394,13 +479,20 @@ PGLE_RESULT: dict[str, tuple[type, ...]] = {
     "note": (str,)}
 
 
-def _check_pgle_result(value: object) -> None:
-    """`pgle`, when present: an object whose known keys have their type (`PGLE_RESULT`)."""
-    if value is None:
-        return
+def _pgle_result(key: str, value: object) -> object:
+    """`pgle`: an object whose known keys have their type (`PGLE_RESULT`)."""
     if not isinstance(value, dict):
-        raise ProtocolError(f"result field 'pgle': expected an object, got {value!r}")
-    for key, kinds in PGLE_RESULT.items():
-        if key in value and (not isinstance(value[key], kinds) or (
-                kinds == (int,) and isinstance(value[key], bool))):
-            raise ProtocolError(f"result field 'pgle.{key}': wrong type, got {value[key]!r}")
+        raise ProtocolError(f"result field {key!r}: expected an object, got {value!r}")
+    for name, kinds in PGLE_RESULT.items():
+        if name in value and (not isinstance(value[name], kinds) or (
+                kinds == (int,) and isinstance(value[name], bool))):
+            raise ProtocolError(f"result field '{key}.{name}': wrong type, got {value[name]!r}")
+    return value
+
+
+#: What `result_of` checks for each kind of field (`Result`'s field metadata).
+_CHECKS: dict[str, Any] = {
+    "times": _times, "number": _number, "signed": lambda k, v: _number(k, v, signed=True),
+    "count": _count, "text": _typed(str, "text"), "flag": _typed(bool, "true or false"),
+    "counts": _counts, "object": _typed(dict, "an object"), "collectives": _collectives,
+    "pgle": _pgle_result}

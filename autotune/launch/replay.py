@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune.flags import compose
-from autotune.ground.protocol import PRUNE_AFTER
+from autotune.ground.protocol import PRUNE_AFTER, result_of
 from autotune.ground.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
 from autotune.launch.launcher import Launcher, TrialRequest
-from autotune.rules.measurement import measurement_from_body
+from autotune.rules.measurement import measurement_from_result
 from autotune.rules.stats import paired_ratio
 from autotune.rules.stopping import prune_point, prune_verdict
 
@@ -277,7 +277,8 @@ def _outcome(run: Mapping[str, Any], prune_ratio: float | None,
                                                                PRUNE_AFTER, prune_curve),
                         step_times_s=cand[:k], baseline_step_times_s=base[:k])
             kind = OutcomeKind.PRUNED
-    measurement = measurement_from_body(body) if body.get("step_times_s") else None
+    measurement = (measurement_from_result(result_of({"status": "ok", "message": "", **body}))
+                   if body.get("step_times_s") else None)
     duration = body.get("compile_time_s", 0.0) + sum(body.get("step_times_s", ())) \
         + sum(body.get("baseline_step_times_s", ()))
     return TrialOutcome(kind, body.get("message", ""), measurement, duration_s=duration)
