@@ -15,7 +15,7 @@ from autotune.ground.records import MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.launch.launcher import TrialRequest
 from autotune.launch.replay import ReplayLauncher, config_key
 from autotune.launch.workloads import resolve_benchmark
-from autotune.results.ranking import best_rows
+from autotune.results.table import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan

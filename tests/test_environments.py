@@ -37,14 +37,8 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.results.notes import environment_header, study_notes
-from autotune.results.ranking import (
-    best_row_json,
-    best_rows,
-    environments,
-    find_environment,
-    main_runs,
-    recommend,
-)
+from autotune.results.ranking import environments, find_environment, main_runs, recommend
+from autotune.results.table import best_row_json, best_rows
 from autotune.storage import Store
 from autotune.study.trials import RequestSettings, TrialJudge, environment_key, environment_of
 

@@ -19,7 +19,7 @@ from autotune.launch.launcher import TrialRequest
 from autotune.launch.replay import ReplayTable, TableLauncher
 from autotune.launch.workloads import resolve_benchmark
 from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
-from autotune.results.ranking import best_rows
+from autotune.results.table import best_rows
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.measured import BUDGET_ROLES
@@ -266,7 +266,7 @@ def test_the_dashboard_shows_the_pooled_figure_of_a_raced_program(tmp_path):
     from starlette.testclient import TestClient
 
     from autotune.dashboard.app import create_app
-    from autotune.results.ranking import best_row_json
+    from autotune.results.table import best_row_json
 
     store, plan = _study(tmp_path, seed=3, trials=40)
     rows = [best_row_json(r) for r in best_rows(store.runs(plan.name), load_catalog())]

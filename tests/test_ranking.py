@@ -32,22 +32,24 @@ from autotune.results.confirmation import (
     needs_confirmation,
 )
 from autotune.results.ranking import (
-    best_row_json,
-    best_rows,
-    changed_flags,
     confirmed_order,
-    measured_backend,
     measured_elsewhere,
     ordered,
-    outcome_counts,
     over_budget,
     pareto_front,
     pick_reason,
     ranked,
     recommend,
+    verdict_text,
+)
+from autotune.results.table import (
+    best_row_json,
+    best_rows,
+    changed_flags,
+    measured_backend,
+    outcome_counts,
     study_row,
     trial_rows,
-    verdict_text,
 )
 from autotune.rules.stats import RatioEstimate
 

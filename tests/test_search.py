@@ -348,7 +348,7 @@ def test_the_memory_objective_ranks_by_peak_memory(small_space, tmp_path):
     runner, store = study(small_space, tmp_path, ModelLauncher(tradeoff), sampler="grid",
                           trials=10, objectives=(Objective.MEMORY,))
     runner.run()
-    from autotune.results.ranking import best_rows
+    from autotune.results.table import best_rows
 
     rows = best_rows(store.runs("s"), load_catalog(), objectives=("memory",))
     assert rows[1].run.flags.get(LEVEL) == 0 and not rows[1].run.flags.get(FAST)

@@ -21,7 +21,7 @@ from autotune.ground.records import (
     WorkerRecord,
 )
 from autotune.results.fitted import with_fit
-from autotune.results.ranking import best_row_json, best_rows
+from autotune.results.table import best_row_json, best_rows
 from autotune.results.view import (
     best_so_far,
     compare_studies,

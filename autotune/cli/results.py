@@ -135,7 +135,8 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from autotune.flags.catalog import load_catalog
     from autotune.ground.records import Role
     from autotune.results.confirmation import Confirmations
-    from autotune.results.ranking import changed_flags, pareto_front, peak_memory, verdict_text
+    from autotune.results.ranking import pareto_front, peak_memory, verdict_text
+    from autotune.results.table import changed_flags
 
     catalog = load_catalog()
     table = Table(title=f"Pareto front of {literal(record.name)}: time vs peak memory "
@@ -243,7 +244,7 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
     """List the studies in the database."""
     from rich.table import Table
 
-    from autotune.results.ranking import study_row
+    from autotune.results.table import study_row
 
     store = open_store(storage, must_exist=True)
     rows = [study_row(rec, store.runs(rec.name)) for rec in store.list_studies()]
@@ -289,7 +290,7 @@ def trials(
     """Every measurement run of a study with its step-time statistics and outcome."""
     from rich.table import Table
 
-    from autotune.results.ranking import trial_rows
+    from autotune.results.table import trial_rows
 
     store = open_store(storage, must_exist=True)
     runs = store.runs(study_name)

@@ -27,17 +27,9 @@ from autotune.ground.errors import ExportError
 from autotune.ground.records import Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
 from autotune.results.pgle import pgle_json, pgle_runs, pgle_verdict
-from autotune.results.ranking import (
-    Order,
-    best_row_json,
-    best_rows,
-    changed_flags,
-    main_runs,
-    ordered,
-    pick_reason,
-    recommend,
-)
+from autotune.results.ranking import Order, main_runs, ordered, pick_reason, recommend
 from autotune.results.shrink import Shrink, shrink
+from autotune.results.table import best_row_json, best_rows, changed_flags
 from autotune.rules.stats import RatioEstimate
 
 #: Version 2: the document recommends only what confirmation proved (else XLA's

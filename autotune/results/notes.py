@@ -14,16 +14,14 @@ from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.pgle import study_verdicts, verdict_text
 from autotune.results.ranking import (
-    BestRow,
     EnvironmentGroup,
     environments,
     main_runs,
-    measured_backend,
     measured_elsewhere,
-    outcome_counts,
     over_budget,
     within_budget,
 )
+from autotune.results.table import BestRow, measured_backend, outcome_counts
 
 
 @dataclass(frozen=True)

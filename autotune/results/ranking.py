@@ -4,7 +4,7 @@ Works on plain `RunRecord`s from the store; never touches the database itself.
 
 A study measured in several environments (`RunRecord.env_key`: see
 `records.Environment.key`) is ranked per environment, each on its own runs
-against its own baseline (`environments`, `best_rows`). The study's order,
+against its own baseline (`environments`; the rows: `results.table.best_rows`). The study's order,
 recommendation and everything derived from them (`ranked`, `ordered`,
 `recommend`, `pareto_front`, the export) are its main environment's: the one
 with the most timed runs (`main_runs`).
@@ -13,19 +13,16 @@ with the most timed runs (`main_runs`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
 
-from autotune.flags.compose import config_key, effective_config
+from autotune.flags.compose import config_key
 from autotune.ground.records import (
     Environment,
-    FlagValue,
     OutcomeKind,
     Role,
     RunRecord,
-    StudyRecord,
 )
 from autotune.results.confirmation import Confirmation, Confirmations
 from autotune.results.evidence import ProgramEvidence, pooled
@@ -115,63 +112,6 @@ def find_environment(runs: Sequence[RunRecord], key: str) -> EnvironmentGroup | 
     exact = [g for g in groups if g.key == key]
     found = exact or [g for g in groups if key and (g.key or "").startswith(key)]
     return found[0] if len(found) == 1 else None
-
-
-@dataclass(frozen=True)
-class BestRow:
-    """One line of `autotune best`: a configuration and how it measured.
-
-    `rank` is None for the baseline row (shown for reference: its speedup is
-    the in-process A/A ratio, i.e. the noise floor of the measurement).
-    `recommended` marks the one row `recommend` picks (at most one).
-    `environment` is the key of the environment the row was ranked in.
-    """
-
-    rank: int | None
-    run: RunRecord
-    changed: Mapping[str, FlagValue]
-    confirmation: Confirmation | None = None
-    recommended: bool = False
-    program: ProgramEvidence | None = None
-    environment: str | None = None
-
-    @property
-    def confirmed(self) -> bool:
-        """Re-measured in the confirmation phase (or found to be the baseline's program)."""
-        c = self.confirmation
-        return c is not None and (c.estimate is not None or c.same_program)
-
-    @property
-    def claimed_speedup(self) -> float | None:
-        """The confirmed speedup where there is one, else the search's own figure."""
-        c = self.confirmation
-        if c is not None and c.estimate is not None:
-            return c.estimate.speedup
-        return 1.0 if c is not None and c.same_program else self.run.speedup
-
-    @property
-    def speedup(self) -> float | None:
-        return self.run.speedup
-
-    @property
-    def median_s(self) -> float | None:
-        m = self.run.outcome.measurement
-        return m.median_s if m else None
-
-    @property
-    def peak_memory_bytes(self) -> int | None:
-        m = self.run.outcome.measurement
-        return m.peak_memory_bytes if m else None
-
-    @property
-    def same_program(self) -> bool | None:
-        m = self.run.outcome.measurement
-        return m.same_program_as_baseline if m else None
-
-
-def changed_flags(flags: Mapping[str, FlagValue], catalog: Any) -> dict[str, FlagValue]:
-    """The flags of a configuration whose value differs from XLA's documented default."""
-    return effective_config(flags, catalog)
 
 
 def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
@@ -415,138 +355,8 @@ def over_budget(runs: list[RunRecord], memory_budget: int | None) -> int:
     return len(ranked(runs)) - len(ranked(runs, memory_budget)) + len(untimed)
 
 
-def best_rows(runs: list[RunRecord], catalog: Any, limit: int = 10,
-              memory_budget: int | None = None,
-              objectives: Sequence[str] = ("time",), *, order: Order | None = None
-              ) -> list[BestRow]:
-    """The baseline row (if measured) followed by the `limit` best configurations.
-
-    Configurations over `memory_budget` are not ranked (see `ranked`); the
-    order follows `objectives` (see `ordered`; `order` is that, when the
-    caller has it already). A study measured in several environments gets
-    these rows for each environment (`environments`, the main one first),
-    each ranked on its own runs against its own baseline; only the main
-    environment's rows can be `recommended`.
-    """
-    groups = environments(runs)
-    rows: list[BestRow] = []
-    for i, group in enumerate(groups):
-        rows += _rows(group, catalog, limit, memory_budget, objectives,
-                      order if i == 0 else None, recommending=i == 0)
-    return rows
-
-
-def _rows(group: EnvironmentGroup, catalog: Any, limit: int, memory_budget: int | None,
-          objectives: Sequence[str], order: Order | None, recommending: bool
-          ) -> list[BestRow]:
-    """`best_rows` of one environment."""
-    runs, key = group.runs, group.key
-    rows: list[BestRow] = []
-    baseline = next((r for r in runs if r.role is Role.BASELINE and r.outcome.ok), None)
-    if baseline is not None:
-        rows.append(BestRow(None, baseline, {}, environment=key))
-    if order is None:
-        order = ordered(runs, objectives, memory_budget)
-    chosen = recommend(runs, objectives, memory_budget, order=order).run if recommending \
-        else None
-    evidence = {p.first.id: p for p in programs(runs, memory_budget)}
-    for rank, (run, conf) in enumerate(order[:limit], start=1):
-        rows.append(BestRow(rank, run, changed_flags(run.flags, catalog), conf,
-                            recommended=chosen is not None and chosen.id == run.id,
-                            program=evidence.get(run.id), environment=key))
-    return rows
-
-
 def measured_elsewhere(runs: list[RunRecord]) -> int:
     """How many runs compiled to a program another trial had timed (and timed nothing)."""
     return sum(_measured_elsewhere(r) for r in runs)
 
 
-def outcome_counts(runs: list[RunRecord]) -> dict[str, int]:
-    """How many runs ended in each outcome kind."""
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[run.outcome.kind.value] = counts.get(run.outcome.kind.value, 0) + 1
-    return counts
-
-
-def measured_backend(runs: list[RunRecord]) -> str | None:
-    """The backend the study's trials ran on (from their environment), if any ran."""
-    return next((r.environment.backend for r in runs if r.environment is not None), None)
-
-
-def trial_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
-    """Every run of a study as a plain row with stable keys (`trials --format json`).
-
-    Keys: `run`, `trial`, `role`, `outcome`, `message`, `flags` (the
-    configuration's flags as a mapping), `fingerprint`, `same_program_as`,
-    `timed_steps` (0 when no step was timed) and `median_step_s` (None then).
-    """
-    rows = []
-    for run in runs:
-        m = run.outcome.measurement
-        rows.append({
-            "run": run.id, "trial": run.trial_number, "role": run.role.value,
-            "outcome": run.outcome.kind.value, "message": run.outcome.message,
-            "flags": dict(run.flags),
-            "fingerprint": m.fingerprint if m else None,
-            "same_program_as": m.same_program_as if m else None,
-            "timed_steps": m.timed_steps if m else 0,
-            "median_step_s": m.median_s if m else None,
-        })
-    return rows
-
-
-def study_row(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
-    """One study as a plain row with stable keys (`studies --format json`).
-
-    Keys: `name`, `space`, `benchmark`, `preset`, `devices`, `trials` (distinct
-    trial numbers measured), `runs` (every run, confirmation included) and
-    `created` (ISO 8601).
-    """
-    return {
-        "name": record.name, "space": record.space, "benchmark": record.benchmark,
-        "preset": record.preset, "devices": record.devices,
-        "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
-        "runs": len(runs), "created": record.created_at.isoformat(),
-    }
-
-
-def best_row_json(row: BestRow) -> dict[str, Any]:
-    """One row of `best` with stable keys (`best --format json`).
-
-    Keys: `rank` (None for the baseline), `trial`, `flags_changed`,
-    `median_step_s`, `search_speedup` (the search's own figure),
-    `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
-    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
-    not confirmed), `recommended` (the one configuration autotune recommends over
-    XLA's defaults), `peak_memory_bytes` and `same_program` (as the baseline's);
-    the row's program (`results.evidence`): `observations` (processes that timed
-    it), `pooled_speedup` (all of them pooled) with `pooled_interval` (the
-    bootstrap over them; None below two PAIRED processes) and `program_trials`
-    (the trials whose configurations compiled to it); `environment` (the key of
-    the environment the row was ranked in: a study measured in several has rows
-    for each, `best_rows`; None for runs stored before environments had keys).
-    """
-    c = row.confirmation
-    estimate = c.estimate if c is not None else None
-    return {
-        "rank": row.rank, "trial": row.run.trial_number, "flags_changed": dict(row.changed),
-        "median_step_s": row.median_s, "search_speedup": row.speedup,
-        "confirmed_speedup": estimate.speedup if estimate else (1.0 if row.confirmed else None),
-        "confirmed_interval": list(estimate.speedup_interval) if estimate else None,
-        "verdict": c.verdict() if c is not None else None,
-        "recommended": row.recommended,
-        "peak_memory_bytes": row.peak_memory_bytes, "same_program": row.same_program,
-        "observations": row.program.n if row.program else None,
-        "pooled_speedup": 1 / row.program.ratio if row.program else None,
-        "pooled_interval": _pooled_interval(row.program),
-        "program_trials": row.program.trials if row.program else None,
-        "environment": row.environment,
-    }
-
-
-def _pooled_interval(program: ProgramEvidence | None) -> list[float] | None:
-    """The speedup interval over every process of the program, None below two."""
-    estimate = program.estimate() if program is not None and program.n > 1 else None
-    return list(estimate.speedup_interval) if estimate is not None else None

@@ -16,15 +16,8 @@ from typing import Any
 
 from autotune.ground.records import RunRecord, StudyRecord
 from autotune.results.fitted import with_fit
-from autotune.results.ranking import (
-    BestRow,
-    Order,
-    Recommendation,
-    best_row_json,
-    best_rows,
-    ordered,
-    recommend,
-)
+from autotune.results.ranking import Order, Recommendation, ordered, recommend
+from autotune.results.table import BestRow, best_row_json, best_rows
 
 
 @dataclass(frozen=True)

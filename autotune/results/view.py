@@ -34,7 +34,6 @@ from autotune.results.ranking import (
     RANKED_ROLES,
     Order,
     Recommendation,
-    changed_flags,
     main_runs,
     ordered,
     pareto_front,
@@ -45,6 +44,7 @@ from autotune.results.ranking import (
 )
 from autotune.results.shrink import Effect, Shrink, shrink
 from autotune.results.study_results import StudyResults
+from autotune.results.table import changed_flags
 
 #: How many messages of one failure kind a page lists (the count says how many there were).
 MESSAGES_PER_KIND = 5

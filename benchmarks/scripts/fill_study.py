@@ -73,8 +73,9 @@ from autotune.launch.workloads import resolve_benchmark
 from autotune.results.confirmation import needs_confirmation
 from autotune.results.export import export_document
 from autotune.results.notes import study_notes
-from autotune.results.ranking import best_rows, confirmed_order, ranked, recommend, trial_rows
+from autotune.results.ranking import confirmed_order, ranked, recommend
 from autotune.results.shrink import Step, shrink
+from autotune.results.table import best_rows, trial_rows
 from autotune.spaces import load_space
 from autotune.spaces.params import Param
 from autotune.spaces.space import Space
