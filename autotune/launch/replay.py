@@ -10,6 +10,7 @@ search benchmark and the search tests run on it without JAX.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import statistics
@@ -25,6 +26,7 @@ from autotune.flags import compose
 from autotune.ground.protocol import PRUNE_AFTER, result_of
 from autotune.ground.records import FlagValue, Measurement, MeasureMode, OutcomeKind, TrialOutcome
 from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.launch.workloads import WorkloadInfo, resolve_benchmark, resolve_script
 from autotune.rules.measurement import measurement_from_result
 from autotune.rules.stats import paired_ratio
 from autotune.rules.stopping import prune_point, prune_verdict
@@ -91,15 +93,16 @@ class ReplayTable:
 
     @classmethod
     def load(cls, path: Path | str) -> ReplayTable:
-        """Read and check a table file.
+        """Read and check a table file (gzip-compressed where its name ends in `.gz`).
 
         Raises:
             TableError: unreadable, not JSON, not a replay table, or another schema version.
         """
         file = Path(path)
         try:
-            doc = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            raw = file.read_bytes()
+            doc = json.loads(gzip.decompress(raw) if file.suffix == ".gz" else raw)
+        except (OSError, EOFError, ValueError) as exc:  # EOFError: a cut gzip stream
             raise TableError(f"cannot read the replay table {file}: {exc}") from None
         if not isinstance(doc, dict) or doc.get("kind") != TABLE_KIND:
             raise TableError(f"{file} is not a replay table (kind: {TABLE_KIND})")
@@ -113,6 +116,18 @@ class ReplayTable:
                     if e.get("program")}
         meta = {k: v for k, v in doc.items() if k != "entries"}
         return cls(file, meta, flags, runs, programs)
+
+    def workload(self, root: Path) -> WorkloadInfo:
+        """The workload the table was recorded on: its `script` (a path relative to the
+        checkout `root`, e.g. a corpus file) or else its built-in `benchmark`.
+
+        Raises:
+            WorkloadError: the script is gone; UnknownBenchmarkError: no built-in has the name.
+        """
+        script = self.meta.get("script")
+        if script:
+            return resolve_script(str(root / script))
+        return resolve_benchmark(self.meta["benchmark"])
 
     def true_ratio(self, key: str) -> float | None:
         """The configuration's time ratio: the median of its program's OK repeats (None if none).

@@ -7,6 +7,12 @@ The tables under `benchmarks/tables/` feed the replay launcher
         --space benchmarks/tables/cpu-table.yaml --repeats 3 \\
         -o benchmarks/tables/transformer-small.json
 
+A workload of the corpus (`benchmarks/corpus/`, not a built-in benchmark) is
+named by its file, and a table whose name ends in `.gz` is written compressed:
+
+    python benchmarks/scripts/record_table.py --script benchmarks/corpus/attention.py \\
+        --preset small --devices 1 --repeats 3 -o benchmarks/tables/attention-small.json.gz
+
 How it measures. Every configuration of the space is enumerated and reduced to
 its effective flags (values equal to XLA's defaults removed); each distinct
 one is measured once per repeat. A repeat is one fresh process that compiles
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import os
 import platform
@@ -67,18 +74,20 @@ def run_child(args: argparse.Namespace, configs_file: Path, out: Path, seed: int
                XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
     cmd = [sys.executable, __file__, "--child", str(configs_file), "--out", str(out),
            "--seed", str(seed), "--benchmark", args.benchmark, "--preset", args.preset,
-           "--steps", str(args.steps)]
+           "--steps", str(args.steps)] + (["--script", args.script] if args.script else [])
     subprocess.run(cmd, env=env, check=True)
 
 
-def _lowered(benchmark: str, preset: str) -> tuple[Any, Any]:
-    """The benchmark's workload and its lowered step (in the child: imports jax)."""
+def _lowered(benchmark: str, preset: str, script: str | None = None) -> tuple[Any, Any]:
+    """The workload (a built-in benchmark, or the file `script`) and its lowered step (in the
+    child: imports jax)."""
     import jax
 
     from autotune.child.workload import build_workload
     from autotune.launch.workloads import resolve_benchmark
 
-    work = build_workload(str(resolve_benchmark(benchmark).path), preset)
+    path = str(ROOT / script) if script else str(resolve_benchmark(benchmark).path)
+    work = build_workload(path, preset)
     step = work.step if hasattr(work.step, "lower") else jax.jit(work.step)
     return work, step.lower(*work.args)
 
@@ -107,7 +116,7 @@ def child(args: argparse.Namespace) -> None:
     done = {json.loads(line)["key"] for line in out.read_text().splitlines()} \
         if out.exists() else set()
     random.Random(args.seed).shuffle(configs)
-    work, lowered = _lowered(args.benchmark, args.preset)
+    work, lowered = _lowered(args.benchmark, args.preset, args.script)
     base, _ = compile_lowered(lowered, {}, None)
     job = Job(steps=args.steps, warmup=2, max_warmup=10, compiler_options={})
     catalog = load_catalog()
@@ -154,6 +163,7 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
         "schema_version": 1,
         "kind": "autotune-replay-table",
         "benchmark": args.benchmark, "preset": args.preset, "devices": args.devices,
+        **({"script": args.script} if args.script else {}),
         "space": os.path.relpath(args.space, ROOT),
         "configurations": raw, "distinct": len(configs), "repeats": args.repeats,
         "steps": args.steps,
@@ -180,7 +190,7 @@ def programs_child(table: Path) -> None:
     from autotune.flags.compose import compiler_options, config_key
 
     doc = json.loads(table.read_text())
-    _, lowered = _lowered(doc["benchmark"], doc["preset"])
+    _, lowered = _lowered(doc["benchmark"], doc["preset"], doc.get("script"))
     catalog = load_catalog()
     found = {}
     for i, entry in enumerate(doc["entries"]):
@@ -212,6 +222,9 @@ def add_programs(table: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmark", default="transformer")
+    parser.add_argument("--script", metavar="FILE",
+                        help="a workload file (relative to the checkout), e.g. one of "
+                             "benchmarks/corpus/, instead of a built-in --benchmark")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--space", default=str(ROOT / "benchmarks/tables/cpu-table.yaml"))
@@ -234,7 +247,10 @@ def main() -> None:
     if args.add_programs:
         add_programs(args.add_programs)
         return
-    output = args.output or ROOT / f"benchmarks/tables/{args.benchmark}-{args.preset}.json"
+    if args.script:
+        args.script = os.path.relpath(Path(args.script).resolve(), ROOT)
+        args.benchmark = Path(args.script).stem
+    output = args.output or ROOT / f"benchmarks/tables/{args.benchmark}-{args.preset}.json.gz"
     configs, raw = distinct_configs(args.space)
     print(f"{raw} configurations, {len(configs)} distinct; {args.repeats} repeats", flush=True)
     work = output.with_suffix(".parts")
@@ -244,7 +260,11 @@ def main() -> None:
     parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
     for r, part in enumerate(parts):
         run_child(args, configs_file, part, seed=r)
-    output.write_text(json.dumps(assemble(args, configs, raw, parts), indent=None) + "\n")
+    text = json.dumps(assemble(args, configs, raw, parts), indent=None) + "\n"
+    if output.suffix == ".gz":  # compact in the repository: ReplayTable.load reads either
+        output.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        output.write_text(text)
     print(f"wrote {output}")
 
 

@@ -71,7 +71,6 @@ def one_answer(job: tuple[str, str, int, int]) -> tuple[bool, float]:
 
     from autotune.flags.compose import config_key, effective_config
     from autotune.launch.replay import TableLauncher
-    from autotune.launch.workloads import resolve_benchmark
     from autotune.results.ranking import recommend
     from autotune.storage.store import Store
     from autotune.study.plan import StudyPlan
@@ -81,7 +80,7 @@ def one_answer(job: tuple[str, str, int, int]) -> tuple[bool, float]:
     table, space, catalog = efficiency._loaded(path)
     sampler, racing, fit = VARIANTS[variant]
     plan = StudyPlan.of(name=f"{variant}-{seed}", space=space,
-                     workload=resolve_benchmark(table.meta["benchmark"]), trials=budget * 20,
+                     workload=table.workload(ROOT), trials=budget * 20,
                      sampler=sampler, seed=seed, racing=racing, fit=fit)
     store = Store.open("sqlite://")
     launcher = efficiency._Counting(TableLauncher(table, catalog, seed=seed), budget)

@@ -169,13 +169,12 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
     import optuna
 
     from autotune.launch.replay import TableLauncher
-    from autotune.launch.workloads import resolve_benchmark
     from autotune.storage.store import Store
     from autotune.study.plan import StudyPlan
     from autotune.study.runner import StudyRunner
 
     plan = StudyPlan.of(name=f"{sampler}-{seed}", space=space,
-                     workload=resolve_benchmark(table.meta["benchmark"]), trials=timed * 20,
+                     workload=table.workload(ROOT), trials=timed * 20,
                      sampler=sampler, seed=seed, racing=rule == "study", fit=rule == "study")
     store = Store.open("sqlite://")
     runner = StudyRunner(plan, store, _Counting(TableLauncher(table, catalog, seed=seed), timed),

@@ -64,14 +64,13 @@ def _drop(base: str, schema: str) -> None:
 
 def _plan(table_path: str, trials: int, sampler: str = "grid"):
     from autotune.launch.replay import ReplayTable
-    from autotune.launch.workloads import resolve_benchmark
     from autotune.spaces import load_space
     from autotune.study.plan import StudyPlan
 
     table = ReplayTable.load(table_path)
     space = load_space(str(ROOT / table.meta["space"]))
     return table, StudyPlan.of(name="throughput", space=space,
-                            workload=resolve_benchmark(table.meta["benchmark"]),
+                            workload=table.workload(ROOT),
                             trials=trials, heartbeat_s=10, sampler=sampler, fit=False)
 
 
