@@ -130,3 +130,85 @@ def test_search_trials_are_told_to_optuna_by_outcome(tmp_path):
     states = [t.state.name for t in optuna.load_study(study_name="p", storage=url).trials]
     assert states[0] == "COMPLETE" and set(states[1:]) == {"PRUNED", "FAIL"}
     assert [r.run.role for r in best_rows(store.runs("p"), load_catalog())] == [Role.BASELINE]
+
+
+# --- sequential confirmation -----------------------------------------------------------------
+
+#: per-process ratios of a configuration truly about 5% faster, measured with 7% noise per
+#: process: its first four processes cannot show it, more can
+NOISY_GAIN = [1.04, 0.88, 1.05, 0.92, 0.94, 0.95, 0.93, 0.96, 0.94, 0.95, 0.96, 0.94, 0.95,
+              0.93, 0.96, 0.95]
+#: a configuration truly no faster, with the same noise
+NOISY_NONE = [1.05, 0.93, 1.04, 0.97, 1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0]
+
+
+def noisy_study(tmp_path: Path, real: list[float], lucky: list[float]
+                ) -> tuple[StudyRunner, Store, ReplayLauncher]:
+    """The `searched` study, its two candidates re-measured with these per-process ratios."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{tmp_path / 'autotune.db'}"
+    store = Store.open(url)
+    plan = StudyPlan.of(name="s", space=load_space("cpu"),
+                        workload=resolve_benchmark("transformer"), trials=4)
+    store.ensure_study("s", "cpu", "transformer", "small", 8, MeasureMode.PAIRED, "cpu")
+    search = [({}, Role.BASELINE, paired(1.0, 1, same=True)), (LUCKY, Role.SEARCH, paired(0.8, 2)),
+              (REAL, Role.SEARCH, paired(0.9, 3))]
+    for number, (flags, role, outcome) in enumerate(search):
+        store.record_run("s", number, role, flags, {}, outcome)
+    replay = ReplayLauncher({
+        config_key(LUCKY): [paired(r, 10 + i) for i, r in enumerate(lucky)],
+        config_key(REAL): [paired(r, 40 + i) for i, r in enumerate(real)],
+    })
+    return StudyRunner(plan, store, replay, url), store, replay
+
+
+def _confirmation(store: Store, flags: dict):
+    from autotune.results.confirmation import Confirmations
+
+    runs = store.runs("s")
+    source = next(r for r in runs if r.flags == flags and r.role is Role.SEARCH)
+    return Confirmations.of(runs).of_run(source)
+
+
+def test_four_processes_cannot_confirm_a_gain_that_sequential_confirmation_can(tmp_path):
+    from autotune.results.ranking import recommend
+
+    runner, store, _ = noisy_study(tmp_path / "a", NOISY_GAIN, NOISY_NONE)
+    runner.confirm(top=2, repeats=4)
+    assert not _confirmation(store, REAL).recommendable
+    assert recommend(store.runs("s")).run is None  # XLA's defaults
+    runner, store, replay = noisy_study(tmp_path / "b", NOISY_GAIN, NOISY_NONE)
+    runner.confirm(top=2, repeats=4, cap=16)
+    real = _confirmation(store, REAL)
+    assert real.recommendable and 4 < real.runs <= 16
+    assert recommend(store.runs("s")).run.flags == REAL
+    # it ended as soon as the leader was confirmed: the last process measured it
+    assert replay.launched[-1] == REAL and len(replay.launched) == 8 + (real.runs - 4) + (
+        _confirmation(store, LUCKY).runs - 4)
+
+
+def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_path):
+    from autotune.results.ranking import recommend
+
+    runner, store, _ = noisy_study(tmp_path, NOISY_NONE, NOISY_NONE)
+    runner.confirm(top=2, repeats=4, cap=7)
+    for flags in (REAL, LUCKY):
+        conf = _confirmation(store, flags)
+        assert conf.runs <= 7 and conf.estimate.includes_one
+    assert max(_confirmation(store, f).runs for f in (REAL, LUCKY)) == 7
+    assert recommend(store.runs("s")).run is None
+    runner.confirm(top=2, repeats=4, cap=7)  # run again: nothing left to measure
+    assert max(_confirmation(store, f).runs for f in (REAL, LUCKY)) == 7
+
+
+def test_a_configuration_that_shows_no_gain_hands_over_to_the_next_leader(tmp_path):
+    from autotune.results.confirmation import NOT_WORTH, sequential_next
+
+    slower = [1.08, 1.10, 1.07, 1.09]  # its whole interval above 0.99: not worth more
+    runner, store, replay = noisy_study(tmp_path, NOISY_GAIN, slower)
+    runner.confirm(top=2, repeats=4, cap=16)
+    lucky = _confirmation(store, LUCKY)
+    assert lucky.runs == 4 and lucky.estimate.low >= 1 - NOT_WORTH
+    assert _confirmation(store, REAL).recommendable
+    assert sequential_next(store.runs("s"), [r for r in store.runs("s")
+                                             if r.role is Role.SEARCH], 16) is None

@@ -58,7 +58,7 @@ def test_a_table_names_its_workload_by_script_or_by_benchmark(tmp_path):
 
 
 def test_every_committed_table_loads_and_names_a_workload_that_exists():
-    tables = sorted((ROOT / "benchmarks/tables").glob("*.json*"))
+    tables = [p for p in sorted((ROOT / "benchmarks/tables").glob("*.json*")) if p.is_file()]
     assert len(tables) >= 3
     for path in tables:
         table = ReplayTable.load(path)

@@ -555,20 +555,31 @@ def test_the_search_benchmark_prints_its_table_and_json():
     rows = [line.split() for line in lines if line.split()[:1] in (["random"], ["auto"])]
     assert [r[:2] for r in rows] == [["random", "study"], ["auto", "study"],
                                      ["random", "single"], ["auto", "single"]]
-    assert all(len(r) == 10 for r in rows)  # 4 shares, 4 device-seconds
+    assert all(len(r) == 8 for r in rows)  # within 2%, gain, right at 10 and at 20
+    oracle = next(line.split() for line in lines if line.startswith("oracle"))
+    assert len(oracle) == 5  # gain and right at 10 and at 20
     result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     doc = json.loads(result.stdout)
-    entries = doc["tables"][0]["results"]
+    assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 4, 16]
+    [table] = doc["tables"]
+    assert set(table["oracle"]) == {"10", "20"}
+    entries = table["results"]
     assert [(e["sampler"], e["rule"]) for e in entries] == [
         ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
     for entry in entries:
-        assert set(entry) == {"sampler", "rule", "within", "device_seconds"}
+        assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
+                              "captured_gain", "slower", "right", "timed", "of_oracle"}
         assert set(entry["within"]) == {"1%", "2%", "5%"}
-        assert set(entry["within"]["2%"]) == {"10", "20", "40", "80"}
+        assert set(entry["within"]["2%"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
         seconds = [entry["device_seconds"][k] for k in ("10", "20")]
         assert 0 < seconds[0] <= seconds[1]
+        assert all(entry["timed"][k] <= int(k) for k in ("10", "20"))
+        # mlp-dp's optimum is one lucky configuration: its defaults are 11% slower, and no
+        # answer is right; the oracle, knowing the best program, cannot confirm it either
+        assert entry["slower"]["20"] <= 1 and entry["right"]["20"] == 0
+    assert [e["resolved"]["10"] for e in entries[:2]] == ["random", "tpe"]
 
 
 def _efficiency_script():
@@ -597,7 +608,7 @@ def test_the_search_efficiency_benchmark_scores_the_baseline_by_its_true_ratio()
     truth = table.true_ratio("")
     assert truth is not None and 0.9 < truth < 1.1
     trace = bench.run_study(table, load_space(str(ROOT / table.meta["space"])), "random",
-                            1000, 3, load_catalog())
+                            1000, 3, load_catalog()).trace
     assert trace.true_ratios[0] == pytest.approx(truth)  # trial 1 is the baseline alone
     assert all(math.isfinite(r) and r <= truth for r in trace.true_ratios)
     assert trace.trials_to(truth) == 1
@@ -654,47 +665,3 @@ def test_the_budget_reaches_every_trial_but_the_baseline_and_untimed_ones_are_no
     assert all(r.ratio is None for r in untimed)
     assert not any(r.outcome.kind is OutcomeKind.OVER_BUDGET for r in ranked(runs, budget))
     assert over_budget(runs, budget) == len(untimed)
-
-
-@pytest.mark.slow
-def test_the_bill_counts_every_process_and_judges_the_answer():
-    import json
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "benchmarks/scripts/search_bill.py", str(MLP), "--seeds", "2",
-         "--budgets", "5,10", "--jobs", "1", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    doc = json.loads(result.stdout)
-    assert doc["seeds"] == 2 and doc["confirm"] == [3, 4]
-    [table] = doc["tables"]
-    assert [v["variant"] for v in table["variants"]] == ["study", "random", "no-race"]
-    for variant in table["variants"]:
-        five, ten = variant["budgets"]["5"], variant["budgets"]["10"]
-        assert 0 <= five["right"] <= 1 and 0 <= ten["right"] <= 1
-        # a longer search costs more: its processes are counted, confirmation included
-        assert 0 < five["device_seconds"] < ten["device_seconds"]
-        # mlp-dp's best is one lucky process: no answer is right, so no budget is cheapest
-        assert variant["cheapest"] is None
-
-
-def test_the_bill_judges_an_answer_by_the_tables_truth():
-    """One seeded study: right only when the recommendation (or the defaults) is truly
-    within 2% of the best; its seconds are every run's recorded time."""
-    import importlib.util
-    import sys
-
-    name = "_autotune_search_bill"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, ROOT / "benchmarks/scripts/search_bill.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    bill = sys.modules[name]
-    right, seconds = bill.one_answer((str(TRANSFORMER), "study", 1000, 5))
-    assert right  # the transformer's defaults are within 1% of its best: always right
-    assert seconds > 0

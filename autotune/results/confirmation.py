@@ -12,6 +12,7 @@ launches the runs (`StudyRunner.confirm`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -141,6 +142,41 @@ class Confirmations:
                 list(r.outcome.measurement.step_times_s) for r in self._by_trial.get(number, [])
                 if r.outcome.ok and r.outcome.measurement is not None]
         return self._baseline
+
+
+#: Sequential confirmation stops measuring a configuration whose interval allows at most
+#: this gain (its optimistic end, `low`, at or above 1 - NOT_WORTH): it shows no gain worth
+#: more processes.
+NOT_WORTH = 0.01
+
+
+def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
+                    ) -> RunRecord | None:
+    """Which of `targets` (search runs) to measure once more in sequential confirmation, or
+    None when confirmation is done.
+
+    A target is open while its interval includes 1.0, its optimistic end promises more
+    than `NOT_WORTH`, no run broke the numerics guard and it has fewer than `cap`
+    confirmation processes. The open target with the best point estimate is measured
+    next, as long as that estimate beats every target already confirmed faster
+    (`recommendable`): a confirmed leader ends confirmation; a weaker one does not stop
+    a better open one from being confirmed over it. A target at the cap keeps its
+    interval: it is not recommended (`recommend` needs the interval below 1.0).
+    """
+    confs = Confirmations.of(runs)
+    confirmed = math.inf
+    open_: list[tuple[float, int, RunRecord]] = []
+    for i, target in enumerate(targets):
+        conf = confs.of_run(target)
+        if conf is None or conf.estimate is None or conf.same_program:
+            continue
+        if conf.recommendable:
+            confirmed = min(confirmed, conf.estimate.ratio)
+        elif (conf.estimate.includes_one and conf.estimate.low < 1 - NOT_WORTH
+              and conf.numerics_failures == 0 and conf.runs < cap):
+            open_.append((conf.estimate.ratio, i, target))
+    best = min(open_, default=None, key=lambda item: item[:2])
+    return best[2] if best is not None and best[0] < confirmed else None
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:

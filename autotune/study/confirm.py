@@ -14,7 +14,12 @@ from collections.abc import Callable, Mapping
 
 from autotune.ground.proc import raise_if_interrupted
 from autotune.ground.records import FlagValue, Role, RunRecord
-from autotune.results.confirmation import baseline_trial, confirm_runs, needs_confirmation
+from autotune.results.confirmation import (
+    baseline_trial,
+    confirm_runs,
+    needs_confirmation,
+    sequential_next,
+)
 from autotune.results.ranking import ranked
 from autotune.study.context import StudyContext
 from autotune.study.plan import ConfirmEvent
@@ -22,8 +27,10 @@ from autotune.study.reap import wait_for_search
 
 
 def confirm(ctx: StudyContext, top: int, repeats: int,
-            on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
-    """Re-measure the `top` best configurations `repeats` times each, interleaved.
+            on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0
+            ) -> list[RunRecord]:
+    """Re-measure the `top` best configurations `repeats` times each, interleaved; then,
+    up to `cap` processes each, sequentially (`sequential`).
 
     Waits first for other processes' search trials, so every process confirms
     the same leaders. Configurations over the memory budget are not
@@ -41,7 +48,30 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
                                  ctx.judge.request(flags))
         if on_run and run is not None:
             on_run(ConfirmEvent(number, run.outcome, done, len(pending)))
+    if cap > repeats:
+        sequential(ctx, targets, cap, on_run, len(pending))
     return targets
+
+
+def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
+               on_run: Callable[[ConfirmEvent], None] | None, done: int) -> None:
+    """Sequential confirmation: measure the leader once more at a time until its interval
+    excludes 1.0 (it is recommended), shows no gain worth more (the next leader's turn),
+    or it has `cap` processes (it is not recommended; `best` shows its interval). Which
+    target is next, and when it ends: `autotune.results.confirmation.sequential_next`.
+    Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
+    while (target := sequential_next(ctx.runs(), targets, cap)) is not None:
+        raise_if_interrupted()
+        number = target.trial_number
+        assert number is not None
+        round_ = len(confirm_runs(ctx.runs(), number))
+        _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
+                                 number, ctx.judge.request(target.flags))
+        if run is None:  # another process holds this round: it goes on from here
+            return
+        done += 1
+        if on_run:
+            on_run(ConfirmEvent(number, run.outcome, done, done))
 
 
 def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],

@@ -27,8 +27,8 @@ from autotune.ground.protocol import Job
 NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
-    "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "shrink",
-    "pgle"})
+    "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
+    "shrink", "pgle"})
 
 #: The options every trial's job carries: those named as a field of the child's `Job`.
 JOB_FIELDS = frozenset(f.name for f in fields(Job))
@@ -112,6 +112,9 @@ class StudyOptions(Options):
         "Re-measure the best K configurations after the search (0: skip)."))
     confirm_repeats: int = Field(4, ge=2, description=(
         "Fresh processes per confirmed configuration."))
+    confirm_max: int = Field(16, ge=0, description=(
+        "Then measure the leader once more at a time until its interval excludes 1.0, "
+        "shows no gain, or it has this many processes (0: no sequential confirmation)."))
     prune_margin: float | None = Field(1.3, ge=1.0, description=(
         "Stop a trial once it is this many times slower than the best so far (paired mode)."))
     shrink: bool = Field(True, description=(
@@ -154,6 +157,8 @@ class AfterSearch:
         confirm: re-measure the best K configurations (0: skip everything after).
         confirm_repeats: fresh processes per confirmed configuration (and per
             shrinking and PGLE measurement).
+        confirm_max: sequential confirmation's cap of processes per configuration
+            (`autotune.study.confirm.sequential`; 0 or at most `confirm_repeats`: off).
         shrink: shrink the recommendation to the flags that matter.
         pgle: measure the best K again with a PGLE profile each (0: off).
     """
@@ -162,18 +167,20 @@ class AfterSearch:
     confirm_repeats: int = 4
     shrink: bool = True
     pgle: int = 0
+    confirm_max: int = 16
 
     @classmethod
     def of(cls, options: StudyOptions, *, confirm: int | None = None,
            confirm_repeats: int | None = None, shrink: bool | None = None,
-           pgle: int | None = None) -> AfterSearch:
+           pgle: int | None = None, confirm_max: int | None = None) -> AfterSearch:
         """What `options` ask for after the search, each argument given (not None) instead
         of the option of its name."""
         def pick(given: Any, own: Any) -> Any:
             return own if given is None else given
 
         return cls(pick(confirm, options.confirm), pick(confirm_repeats, options.confirm_repeats),
-                   pick(shrink, options.shrink), pick(pgle, options.pgle))
+                   pick(shrink, options.shrink), pick(pgle, options.pgle),
+                   pick(confirm_max, options.confirm_max))
 
 
 class PgleOptions(Options):

@@ -256,10 +256,12 @@ class StudyRunner:
         return self._fit
 
     def confirm(self, top: int, repeats: int,
-                on_run: Callable[[ConfirmEvent], None] | None = None) -> list[RunRecord]:
-        """The confirmation phase (`autotune.study.confirm`); returns the configurations
-        confirmed (their search runs)."""
-        return confirm_phase.confirm(self.ctx, top, repeats, on_run)
+                on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0
+                ) -> list[RunRecord]:
+        """The confirmation phase (`autotune.study.confirm`: `repeats` rounds, then
+        sequentially up to `cap` processes each); returns the configurations confirmed
+        (their search runs)."""
+        return confirm_phase.confirm(self.ctx, top, repeats, on_run, cap)
 
     def shrink(self, repeats: int,
                on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:

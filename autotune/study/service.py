@@ -57,7 +57,8 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
     if not after.confirm or runner.plan.objectives == (Objective.MEMORY,):
         return
     watch.confirming(after.confirm, after.confirm_repeats)
-    runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed)
+    runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed,
+                   cap=after.confirm_max)
     if after.shrink:
         watch.shrunk(runner.shrink(after.confirm_repeats, on_run=watch.shrinking))
     if not after.pgle:

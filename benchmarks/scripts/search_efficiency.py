@@ -1,43 +1,57 @@
-"""How many trials each sampler needs to reach the best configuration of a recorded table.
+"""What a user gets from a study on each recorded table, next to what an oracle could get.
 
-    python benchmarks/scripts/search_efficiency.py                  # every committed table
+    python benchmarks/scripts/search_efficiency.py                  # every table there
     python benchmarks/scripts/search_efficiency.py --report-seeds 1000-1009 --samplers random,auto
+    python benchmarks/scripts/search_efficiency.py --seeds 20 --trials 40 --json
     python benchmarks/scripts/search_efficiency.py --samplers '' --startup-candidates 4,8,10
 
 Each run is a real `autotune.study.runner.StudyRunner` study (baseline first, the
 sampler, the no-repeat rule, pruning) whose trials are answered by
 `TableLauncher` from a table recorded on a real machine (`benchmarks/tables/`,
-see `record_table.py`), each answer drawn from the recorded repeats. After
-each launched trial the study's incumbent is the configuration with the best
-*observed* time ratio so far (what the search would report); its *true* ratio
-is the median over the recorded repeats of every configuration XLA compiled to
-the same program (`ReplayTable.true_ratio`: a program measured 20 times, not
-four equal programs measured 5 times each, whose luckiest would otherwise be
-"the best"). The baseline (no flags, the empty key) is scored like any other
-configuration: its recorded in-process ratio is its A/A noise, about 1.0, and
-its true ratio is its program's median. Per table and sampler the script
-prints the median over the report seeds of the number of launched trials until
-the incumbent's true ratio is within 1%, 2% and 5% of the table's best, and the
-incumbent's distance from the best after 20, 40 and 80 trials. It also prints
-how flat the table is (the share of configurations within 1% and 2% of the
-best): "reached within 2%" means little where most configurations are.
+see `record_table.py`; the corpus workloads are in `benchmarks/corpus/`), each
+answer drawn from the recorded repeats (`replay_study.py`). A configuration's
+*true* ratio is the median over the recorded repeats of every configuration
+XLA compiled to the same program (`ReplayTable.true_ratio`); the table's
+optimum is the lowest, the defaults' is the empty key's.
+
+At each checkpoint B (10, 20, 40 and `--trials`, default 80) every report seed
+runs a study planned with `--trials B`, the budget a user gives, so `auto`
+resolves as it does for them; it stops once B processes have timed something
+(a trial whose program was timed already only compiles, so a study may time
+fewer), and is then confirmed as `autotune study` confirms by default (the best
+3 configurations, 4 fresh processes each, then sequentially up to 16 processes
+for the leader, `--confirm-max`). Per table, sampler, rule and
+checkpoint (`outcome.py` defines each figure):
+
+- `within`: the share of seeds whose search incumbent, by the study's own
+  rule, is truly within 1%, 2% and 5% of the optimum after B timed processes;
+- after confirmation, for the final recommendation (`recommend`):
+  `captured_gain` {median, p10} ((defaults - recommendation) / (defaults -
+  optimum), by true ratios; None where the table offers less than 1%),
+  `slower` (the share of seeds truly slower than the defaults), `right` (the
+  share within 2% of the optimum, the defaults included);
+- `device_seconds`: the median over seeds of every compile and timed process
+  the study spent, confirmation included (from the recorded times; warm-up
+  was not recorded); `timed`: the median processes the search timed;
+- `of_oracle`: the captured gain and the share right as fractions of the
+  `oracle`'s, which knows the best program and spends B plus the
+  confirmation's budget (16 processes) measuring it against the defaults.
+
+Rules: `study`, the study as built (the space fitted to the workload, racing,
+evidence pooled by program; incumbent `evidence.incumbent`), and `single`, the
+study before this work (no fitting, no racing; incumbent the best single
+observed ratio). Confirmation and `recommend` are the same for both.
 
 Held-out seeds. Settings chosen from data are chosen on `--choose-seeds`
-(default 0-19: `TPE_STARTUP` in `autotune/study/samplers.py` was chosen on them; `auto`
-picks by a rule on the space's size, not from data), and every printed figure
-is computed on `--report-seeds` (default 1000-1099), which must be disjoint
-from them. `--startup-candidates 2,4,8` redoes the startup choice on the choose
-seeds (TPE with each count; the pick has the fewest median trials to within 2%,
-summed over the tables, ties broken by 1% and the ratio at 20) and says whether
-it is the value `search.py` ships; the report always runs what `search.py` ships.
-
-Rank test. For each sampler other than `random`, the per-seed figures (trials
-to within 1% and 2%, "never" ranked after every count; the incumbent's true
-ratio at 20 and 40 trials) are compared with random search's on the same report
-seeds by a two-sided Mann-Whitney U test (scipy). `A` is the chance that one
-of the sampler's seeds does better than one of random's (fewer trials, lower
-ratio; ties count half): 0.5 is no difference. The p-values are not corrected
-for the number of tests.
+(default 0-19: `TPE_STARTUP` in `autotune/study/samplers.py` and `BACKED_BY`
+in `autotune/results/evidence.py` were chosen on them), and every printed
+figure is computed on `--report-seeds` (default 1000-1019), which must be
+disjoint from them. `--startup-candidates 2,4,8` redoes the startup choice on
+the choose seeds (TPE with each count; the pick has the fewest median trials to
+within 2%, summed over the tables, ties broken by 1% and the ratio at 20) and
+says whether it is the value `samplers.py` ships; the report always runs what
+it ships. Held-out seeds are not held-out workloads: a setting chosen on a
+table and reported on it says nothing of workloads it has not seen.
 
 Structure or noise? It fits an additive model (one effect per flag value) to
 the table's log ratios and prints the residual spread next to the noise of a
@@ -46,12 +60,9 @@ configurations differ from the model by no more than their measurement noise:
 the table's best is then the luckiest draw of that noise, and no search can
 aim for it (see the README's Search section).
 
-Studies run in `--jobs` processes (default: 2, this machine's cores). One
-seeded 80-trial study takes about 4 CPU seconds here (3-6 s), so the defaults
-(3 tables, `random` and `tpe`, whose studies `auto` reuses on these tables, 100
-report seeds: 600 studies) take about 38 CPU minutes: 19 minutes on two free
-cores, 31 on 2026-11-23 while other work shared them. 200 report seeds would
-take twice that, hence 100.
+Studies run in `--jobs` processes (default: 2, this machine's cores). A row
+costs the sum of its budgets per seed (10 + 20 + 40 + 80 timed processes, each
+study then confirmed), a few CPU seconds per study here.
 """
 
 from __future__ import annotations
@@ -63,213 +74,56 @@ import os
 import statistics
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import outcome  # noqa: E402  (sibling scripts, not a package)
+from replay_study import (  # noqa: E402
+    CONFIRM_BUDGET,
+    CONFIRM_MAX,
+    CONFIRM_REPEATS,
+    CONFIRM_TOP,
+    Answer,
+    Runner,
+    Trace,
+    committed_tables,
+    loaded,
+    parse_seeds,
+    run_study,
+    seeds_text,
+)
+
+__all__ = ["Answer", "parse_seeds", "run_study", "seeds_text"]  # for the tests
+
 ROOT = Path(__file__).resolve().parents[2]
+#: the developers' first three tables; the default is every table in benchmarks/tables
 TABLES = ("norm-act-small.json", "transformer-small.json", "mlp-dp-small.json")
 CHECKPOINTS = (10, 20, 40, 80)
 RULES = ("study", "single")
 WITHIN = (0.01, 0.02, 0.05)
 CHOOSE_SEEDS = "0-19"
-REPORT_SEEDS = "1000-1099"
-DEFAULT_NOTE = " (100, not 200: 200 would take about an hour on 2 cores)"
+REPORT_SEEDS = "1000-1019"
 
 
-@dataclass
-class Trace:
-    """One seeded study: after each timed process, the incumbent's true ratio and the
-    device-seconds spent so far (every compile and every timed process)."""
-
-    true_ratios: list[float]
-    device_seconds: list[float] = field(default_factory=list)
-
-    def trials_to(self, target: float) -> float:
-        """First count of timed processes at which the incumbent is within `target`, else
-        infinity."""
-        for n, ratio in enumerate(self.true_ratios, start=1):
-            if ratio <= target:
-                return n
-        return math.inf
-
-    def at(self, n: int) -> float:
-        return self.true_ratios[min(n, len(self.true_ratios)) - 1]
-
-    def seconds_at(self, n: int) -> float:
-        return self.device_seconds[min(n, len(self.device_seconds)) - 1]
+def checkpoints(trials: int) -> list[int]:
+    """The checkpoints a report of `trials` timed processes reaches (at least the last)."""
+    return [n for n in CHECKPOINTS if n < trials] + [trials]
 
 
-def parse_seeds(text: str) -> list[int]:
-    """`0-19`, `1000-1199` or `1,2,5-7` as a sorted list of distinct seeds.
-
-    Raises:
-        ValueError: an item that is not a seed or a range of them, or no seed at all.
-    """
-    seeds: set[int] = set()
-    for item in (part.strip() for part in text.split(",")):
-        first, sep, last = item.partition("-")
-        try:
-            low, high = int(first), int(last) if sep else int(first)
-        except ValueError:
-            raise ValueError(f"'{item}' is not a seed or a range of seeds (e.g. 1000-1099)"
-                             ) from None
-        if low < 0 or high < low:
-            raise ValueError(f"'{item}' is not a range of non-negative seeds, low-high")
-        seeds.update(range(low, high + 1))
-    if not seeds:
-        raise ValueError("no seeds given")
-    return sorted(seeds)
-
-
-def seeds_text(seeds: Sequence[int]) -> str:
-    """The seeds as ranges: [0, 1, 2, 7] -> '0-2,7'."""
-    parts, start = [], None
-    for i, seed in enumerate(seeds):
-        if start is None:
-            start = seed
-        if i + 1 == len(seeds) or seeds[i + 1] != seed + 1:
-            parts.append(str(seed) if seed == start else f"{start}-{seed}")
-            start = None
-    return ",".join(parts)
-
-
-class _Enough(Exception):
-    """Raised by `_Counting` at the launch after the last timed process a trace needs."""
-
-
-class _Counting:
-    """A launcher that stops the study once `goal` processes have timed something."""
-
-    def __init__(self, inner: Any, goal: int) -> None:
-        self.inner, self.goal, self.timed = inner, goal, 0
-
-    def launch(self, request: Any) -> Any:
-        if self.timed >= self.goal:
-            raise _Enough
-        outcome = self.inner.launch(request)
-        m = outcome.measurement
-        self.timed += bool(m is not None and m.step_times_s)
-        return outcome
-
-
-def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
-              rule: str = "study") -> Trace:
-    """One seeded study on the table, until `timed` processes have timed something.
-
-    `rule` "study": the study as built (the space fitted to the workload,
-    racing on) and its own incumbent rule (`autotune.results.evidence.incumbent`:
-    the best pooled program backed by enough processes, else XLA's defaults).
-    "single": the study before pooling (no fitting, no racing), and the
-    incumbent is the configuration with the best single observed ratio (the
-    baseline, no flags, scored by its in-process A/A ratio like any other).
-    """
-    import optuna
-
-    from autotune.launch.replay import TableLauncher
-    from autotune.storage.store import Store
-    from autotune.study.plan import StudyPlan
-    from autotune.study.runner import StudyRunner
-
-    plan = StudyPlan.of(name=f"{sampler}-{seed}", space=space,
-                     workload=table.workload(ROOT), trials=timed * 20,
-                     sampler=sampler, seed=seed, racing=rule == "study", fit=rule == "study")
-    store = Store.open("sqlite://")
-    runner = StudyRunner(plan, store, _Counting(TableLauncher(table, catalog, seed=seed), timed),
-                         optuna.storages.InMemoryStorage())
-    try:
-        runner.run()
-    except _Enough:
-        pass
-    runs = sorted(store.runs(plan.name), key=lambda r: r.id)
-    store.close()
-    return _trace(table, runs, catalog, rule)
-
-
-def _trace(table, runs, catalog, rule: str) -> Trace:
-    """The incumbent's true ratio and the device-seconds after each timed process."""
-    from autotune.flags.compose import config_key, effective_config
-    from autotune.results.evidence import incumbent, pooled
-
-    truths: list[float] = []
-    seconds: list[float] = []
-    spent, best_seen, best_key = 0.0, math.inf, None
-    for i, run in enumerate(runs):
-        spent += run.outcome.duration_s
-        m = run.outcome.measurement
-        if m is None or not m.step_times_s:
-            continue
-        key = config_key(effective_config(run.flags, catalog))
-        if rule == "single":
-            if run.ratio is not None and run.ratio < best_seen:
-                best_seen, best_key = run.ratio, key
-        else:
-            chosen = incumbent(pooled(runs[:i + 1]))
-            best_key = "" if chosen is None else config_key(
-                effective_config(chosen.first.flags, catalog))
-        truth = table.true_ratio(best_key) if best_key is not None else None
-        truths.append(math.inf if truth is None else truth)
-        seconds.append(spent)
-    return Trace(truths, seconds)
-
-
-@cache
-def _loaded(path: str) -> tuple[Any, Any, Any]:
-    """The table, its space and the catalog, read once per process."""
-    from autotune.flags.catalog import load_catalog
-    from autotune.launch.replay import ReplayTable
-    from autotune.spaces import load_space
-
-    table = ReplayTable.load(path)
-    return table, load_space(str(ROOT / table.meta["space"])), load_catalog()
-
-
-def _trace_job(job: tuple[str, str, int, int, int | None, str]) -> Trace:
-    """One study of a job (table path, sampler, seed, timed processes, TPE startup or
-    None, rule)."""
-    import autotune.study.samplers
-
-    path, sampler, seed, timed, startup, rule = job
-    table, space, catalog = _loaded(path)
-    shipped = autotune.study.samplers.TPE_STARTUP
-    if startup is not None:
-        autotune.study.samplers.TPE_STARTUP = startup  # read when the sampler is made
-    try:
-        return run_study(table, space, sampler, seed, timed, catalog, rule=rule)
-    finally:
-        autotune.study.samplers.TPE_STARTUP = shipped
-
-
-class Runner:
-    """Runs studies in `jobs` processes (in this one for 1), results in order."""
-
-    def __init__(self, jobs: int) -> None:
-        self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
-
-    def traces(self, path: Path, sampler: str, seeds: Sequence[int], trials: int,
-               startup: int | None = None, rule: str = "study") -> list[Trace]:
-        jobs = [(str(path), sampler, seed, trials, startup, rule) for seed in seeds]
-        done = self.pool.map(_trace_job, jobs) if self.pool else map(_trace_job, jobs)
-        return list(done)
-
-    def close(self) -> None:
-        if self.pool:
-            self.pool.shutdown()
-
-
-def within_fractions(traces: list[Trace], best: float) -> dict[str, dict[str, float]]:
-    """"2%" -> {"40": the share of seeds whose incumbent is truly within 2% of the best
-    after 40 timed processes, ...} for every `WITHIN` and `CHECKPOINTS`."""
-    return {f"{w:.0%}": {str(n): sum(t.at(n) <= best * (1 + w) for t in traces) / len(traces)
-                         for n in CHECKPOINTS} for w in WITHIN}
-
-
-def seconds_medians(traces: list[Trace]) -> dict[str, float]:
-    """{"40": median over seeds of the device-seconds spent by 40 timed processes, ...}."""
-    return {str(n): round(statistics.median(t.seconds_at(n) for t in traces), 2)
-            for n in CHECKPOINTS}
+def figures_at(answers: list[Answer], budget: int, best: float, defaults: float
+               ) -> dict[str, Any]:
+    """A row's figures at one checkpoint: the search's `within` (share of seeds whose
+    incumbent after `budget` timed processes is truly within 1/2/5% of the best), then
+    what the user got after confirmation (`outcome.summary`: captured gain, slower,
+    right, device-seconds with confirmation) and the median processes the search timed."""
+    within = {f"{w:.0%}": sum(a.trace.at(budget) <= best * (1 + w) for a in answers)
+              / len(answers) for w in WITHIN}
+    found = outcome.summary([a.true_ratio for a in answers],
+                            [a.device_seconds for a in answers], defaults, best)
+    return {"within": within, **found,
+            "timed": statistics.median(a.timed for a in answers)}
 
 
 def _row(name: str, traces: list[Trace], best: float) -> str:
@@ -297,17 +151,86 @@ def _per_seed(traces: list[Trace], best: float, figure: tuple[str, float],
 
 def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
            runner: Runner, rules: Sequence[str] = RULES, quiet: bool = False) -> dict[str, Any]:
-    """One table: its flatness and, per sampler and rule, the share of report seeds whose
-    incumbent is within 1/2/5% of the best after 10/20/40/80 timed processes, and the
-    device-seconds spent by then. Printed unless `quiet`; returned as a JSON-ready
-    mapping (keys `table`, `best`, `structure`, `results`: one entry per sampler and
-    rule with `sampler`, `rule`, `within`, `device_seconds`)."""
+    """One table: its flatness and structure and, per sampler and rule, at each checkpoint
+    B (`checkpoints`) the figures of studies planned with `--trials B` as a user would and
+    confirmed as `autotune study` does (`figures_at`), beside the oracle's. Printed unless
+    `quiet`; returned as a JSON-ready mapping (keys `table`, `best`, `defaults`,
+    `structure`, `oracle`: checkpoint -> the oracle's figures, `results`: one entry per
+    sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
+    became), `within`, `device_seconds`, `captured_gain`, `slower`, `right`, `timed` and
+    `of_oracle`, each keyed by checkpoint)."""
+    say = (lambda *a, **k: None) if quiet else print
+    table, space, _ = loaded(str(path))
+    defaults, best = outcome.truths(table)
+    _describe(table, space, path, best, say)
+    structured = _structure(table, say)
+    marks = checkpoints(trials)
+    limit = {str(b): outcome.oracle(table, [b + CONFIRM_BUDGET] * len(seeds), seeds)
+             for b in marks}
+    out: dict[str, Any] = {"table": path.name, "best": best, "defaults": defaults,
+                           "structure": structured, "oracle": limit, "results": []}
+    if not samplers:
+        return out
+    say(f"per checkpoint B (studies planned with --trials B, then confirmed: the best "
+        f"{CONFIRM_TOP}, {CONFIRM_REPEATS} processes each, then sequentially up to {CONFIRM_MAX}"
+        f"), over {len(seeds)} report seeds: the "
+        "share whose search incumbent is truly within 2% of the best; the median captured "
+        "gain of the recommendation and the share right (within 2% of the best)")
+    say(f"{'sampler':8} {'rule':7} " + " ".join(f"{'2%/gain/right @' + str(b):>20}"
+                                                for b in marks))
+    say(f"{'oracle':8} {'':7} " + " ".join(_cell(limit[str(b)], None) for b in marks))
+    done: dict[tuple[str, str, int], list[Answer]] = {}
+    for rule in rules:
+        for sampler in samplers:
+            entry = _entry(path, sampler, rule, seeds, marks, runner, done, (best, defaults),
+                           space)
+            for b in marks:
+                entry["of_oracle"][str(b)] = outcome.of_oracle(
+                    {k: entry[k][str(b)] for k in ("captured_gain", "right")}, limit[str(b)])
+            out["results"].append(entry)
+            say(f"{sampler:8} {rule:7} " + " ".join(
+                _cell({k: entry[k][str(b)] for k in ("captured_gain", "right")},
+                      entry["within"]["2%"][str(b)]) for b in marks), flush=True)
+    return out
+
+
+def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
+           runner: Runner, done: dict[tuple[str, str, int], list[Answer]],
+           truth: tuple[float, float], space) -> dict[str, Any]:
+    """One row: the figures at each checkpoint, reusing the answers of the sampler `auto`
+    resolves to where that one was run already."""
     from autotune.study.samplers import Objective, choose_sampler
 
-    say = (lambda *a, **k: None) if quiet else print
-    table, space, _ = _loaded(str(path))
+    best, defaults = truth
+    entry: dict[str, Any] = {"sampler": sampler, "rule": rule, "resolved": {}, "within": {},
+                             "of_oracle": {}}
+    for b in marks:
+        same = choose_sampler(sampler, (Objective.TIME,), space, b).name \
+            if sampler == "auto" else sampler
+        entry["resolved"][str(b)] = same
+        if (same, rule, b) not in done:
+            done[same, rule, b] = runner.answers(path, same, seeds, b, rule=rule)
+        for key, value in figures_at(done[same, rule, b], b, best, defaults).items():
+            if key == "within":
+                for w, share in value.items():
+                    entry["within"].setdefault(w, {})[str(b)] = share
+            else:
+                entry.setdefault(key, {})[str(b)] = value
+    return entry
+
+
+def _cell(figures: dict[str, Any], within: float | None) -> str:
+    """`2%/gain/right` of one checkpoint: the search's share within 2% (blank for the
+    oracle), the median captured gain ('-' where the table offers none), the share right."""
+    gain = figures["captured_gain"]
+    gain_text = "-" if gain is None else f"{gain['median']:.2f}"
+    first = "" if within is None else f"{within:.0%}"
+    return f"{first:>6}{gain_text:>7}{figures['right']:>7.0%}".rjust(20)
+
+
+def _describe(table, space, path: Path, best: float, say) -> None:
+    """Print what the table is: size, flatness, programs, the defaults, the noise."""
     ratios = table.ratios()
-    best = min(ratios.values())
     say(f"\n{path.name}: {table.meta['benchmark']} ({table.meta['preset']}), space "
         f"{space.name}: {table.meta['configurations']} configurations, {len(ratios)} distinct "
         f"measured, {table.meta['repeats']} repeats; best ratio {best:.3f}, worst "
@@ -320,38 +243,19 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     baseline = table.true_ratio("")
     if baseline is not None:
         say(f"baseline: true ratio {baseline:.3f}, {baseline / best:.3f} x the best")
-    noise = _noise(table)
-    say(f"noise: one measurement's ratio varies by {noise:.1%} (median relative "
+    say(f"noise: one measurement's ratio varies by {_noise(table):.1%} (median relative "
         "standard deviation over a configuration's repeats)")
+
+
+def _structure(table, say) -> bool:
+    """Whether an additive model of the flags leaves more than twice a value's noise."""
     fit = _additive_fit(table)
     structured = fit.residual > 2 * fit.value_noise
     verdict = ("the flags interact or matter beyond the noise" if structured
                else "no structure beyond the noise of the table's values")
     say(f"structure: an additive model of the flags leaves a residual of {fit.residual:.1%} "
         f"against a table value's own noise of about {fit.value_noise:.1%}: {verdict}")
-    auto = choose_sampler("auto", (Objective.TIME,), space, trials)
-    out: dict[str, Any] = {"table": path.name, "best": best, "structure": structured,
-                           "results": []}
-    if not samplers:
-        return out
-    say(f"share of the {len(seeds)} report seeds whose incumbent is truly within 2% of the "
-        f"best after N timed processes; device-seconds by then (median over seeds)")
-    say(f"{'sampler':8} {'rule':7} " + " ".join(f"{'2% @' + str(n):>7}" for n in CHECKPOINTS)
-        + "  " + " ".join(f"{'s @' + str(n):>7}" for n in CHECKPOINTS))
-    traces: dict[tuple[str, str], list[Trace]] = {}
-    for rule in rules:
-        for sampler in samplers:
-            same = auto.name if sampler == "auto" and auto.name in samplers else sampler
-            if (same, rule) not in traces:
-                traces[same, rule] = runner.traces(path, same, seeds, trials, rule=rule)
-            found = traces[same, rule]
-            within, secs = within_fractions(found, best), seconds_medians(found)
-            out["results"].append({"sampler": sampler, "rule": rule, "within": within,
-                                   "device_seconds": secs})
-            say(f"{sampler:8} {rule:7} " + " ".join(f"{within['2%'][str(n)]:7.0%}"
-                                                    for n in CHECKPOINTS)
-                + "  " + " ".join(f"{secs[str(n)]:7.1f}" for n in CHECKPOINTS), flush=True)
-    return out
+    return structured
 
 
 def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], trials: int,
@@ -364,7 +268,7 @@ def choose_startup(paths: list[Path], candidates: list[int], seeds: list[int], t
     print(_header("startup") + "  table")
     score: dict[int, list[tuple[float, ...]]] = {c: [] for c in candidates}
     for path in paths:
-        table, _, _ = _loaded(str(path))
+        table, _, _ = loaded(str(path))
         best = min(table.ratios().values())
         for count in candidates:
             traces = runner.traces(path, "tpe", seeds, trials, startup=count)
@@ -438,7 +342,7 @@ def _seed_option(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("tables", nargs="*", type=Path,
-                        default=[ROOT / "benchmarks/tables" / t for t in TABLES])
+                        default=committed_tables())
     parser.add_argument("--samplers", default="random,tpe,auto",
                         help="samplers to report on; '' for none (with --startup-candidates)")
     parser.add_argument("--choose-seeds", type=_seed_option, default=parse_seeds(CHOOSE_SEEDS),
@@ -492,7 +396,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         runner.close()
     if args.json:
         print(json.dumps({"seeds": seeds_text(args.report_seeds), "timed_processes": args.trials,
-                          "checkpoints": list(CHECKPOINTS), "tables": tables}, indent=1))
+                          "checkpoints": checkpoints(args.trials),
+                          "confirm": [CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX],
+                          "tables": tables}, indent=1))
     sys.stdout.flush()
 
 if __name__ == "__main__":

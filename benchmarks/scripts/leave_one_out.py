@@ -1,0 +1,167 @@
+"""Choose a tuned constant leave-one-workload-out, and report it only on the table left out.
+
+    python benchmarks/scripts/leave_one_out.py \\
+        --tune autotune.study.samplers:TPE_STARTUP=2,4,8 --budget 40
+    python benchmarks/scripts/leave_one_out.py --tune autotune.results.evidence:BACKED_BY=2,3,4 \\
+        --tune autotune.study.samplers:TPE_STARTUP=4,8 --json
+
+Held-out seeds are not held-out workloads: a constant chosen on a table's seeds
+and reported on the same table's other seeds has still seen that workload. So
+for each table T (every table in `benchmarks/tables/` by default), every
+combination of the `--tune` values is scored on the *other* tables (their
+`--choose-seeds`), the best combination is picked, and only then is it run on
+T, on `--report-seeds`, disjoint from the choose seeds. The figure printed for
+T is the left-out figure; beside it, what autotune ships (the constants as the
+code has them) on the same seeds, and the oracle's limit (`outcome.py`).
+
+Each study is the user's (`replay_study.py`): planned with `--trials B` (the
+`--budget`, default 40), stopped after B timed processes, confirmed as
+`autotune study` does. A combination's score on a table is, in order: the share
+of seeds whose recommendation is right, the median captured gain (0 where the
+table offers none), fewer device-seconds; summed over the tables it is scored on.
+
+A constant is named `module:ATTRIBUTE`; it is set in the worker process for the
+study (`replay_study.patched`), so it must be read when used, not bound early.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import outcome  # noqa: E402  (sibling scripts, not a package)
+from replay_study import (  # noqa: E402
+    CONFIRM_BUDGET,
+    Runner,
+    Setting,
+    committed_tables,
+    loaded,
+    parse_seeds,
+    seeds_text,
+)
+from search_efficiency import figures_at  # noqa: E402
+
+CHOOSE_SEEDS, REPORT_SEEDS = "0-9", "1000-1019"
+
+
+def parse_tune(text: str) -> list[Setting]:
+    """`module:ATTRIBUTE=v1,v2` as the settings it tries (values read as JSON, else text).
+
+    Raises:
+        ValueError: not of that form.
+    """
+    name, sep, values = text.partition("=")
+    module, colon, attribute = name.partition(":")
+    if not (sep and colon and module and attribute and values):
+        raise ValueError(f"'{text}' is not module:ATTRIBUTE=value,value")
+    return [(module, attribute, _value(v)) for v in values.split(",")]
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def score(figures: dict[str, Any]) -> tuple[float, float, float]:
+    """Higher is better: share right, median captured gain (0 if none), -device-seconds."""
+    gain = (figures["captured_gain"] or {}).get("median", 0.0)
+    return figures["right"], gain, -figures["device_seconds"]
+
+
+def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]], left_out: str
+         ) -> tuple[Setting, ...]:
+    """The combination with the best score summed over every table but `left_out` (ties:
+    the first in the order the combinations were given)."""
+    def total(combo: tuple[Setting, ...]) -> tuple[float, ...]:
+        rows = [s for table, s in scores[combo].items() if table != left_out]
+        return tuple(sum(column) for column in zip(*rows, strict=True))
+
+    return max(scores, key=total)
+
+
+def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: str,
+        choose: list[int], report: list[int], runner: Runner) -> list[dict[str, Any]]:
+    """Per table: the pick made without it and the left-out figures (see the module)."""
+    combos = list(itertools.product(*tunes))
+    scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]] = {c: {} for c in combos}
+    for path in tables:
+        table, _, _ = loaded(str(path))
+        defaults, best = outcome.truths(table)
+        for combo in combos:
+            answers = runner.answers(path, sampler, choose, budget, settings=combo)
+            scores[combo][path.name] = score(figures_at(answers, budget, best, defaults))
+    out = []
+    for path in tables:
+        table, _, _ = loaded(str(path))
+        defaults, best = outcome.truths(table)
+        chosen = pick(scores, path.name)
+        left = figures_at(runner.answers(path, sampler, report, budget, settings=chosen),
+                          budget, best, defaults)
+        shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
+                             defaults)
+        limit = outcome.oracle(table, [budget + CONFIRM_BUDGET] * len(report), report)
+        out.append({"table": path.name, "pick": {f"{m}:{a}": v for m, a, v in chosen},
+                    "left_out": left, "shipped": shipped, "oracle": limit,
+                    "of_oracle": outcome.of_oracle(left, limit)})
+    return out
+
+
+def _line(name: str, figures: dict[str, Any]) -> str:
+    gain = figures["captured_gain"]
+    text = "-" if gain is None else f"{gain['median']:.2f}/{gain['p10']:.2f}"
+    return (f"  {name:9} right {figures['right']:4.0%}  gain (median/p10) {text:>11}  slower "
+            f"{figures['slower']:4.0%}  {figures['device_seconds']:7.1f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("tables", nargs="*", type=Path,
+                        default=committed_tables())
+    parser.add_argument("--tune", action="append", required=True,
+                        help="module:ATTRIBUTE=v1,v2,... (repeat for several constants)")
+    parser.add_argument("--budget", type=int, default=40, help="--trials of each study")
+    parser.add_argument("--sampler", default="auto")
+    parser.add_argument("--choose-seeds", default=CHOOSE_SEEDS)
+    parser.add_argument("--report-seeds", default=REPORT_SEEDS)
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--json", action="store_true", help="print one JSON document only")
+    args = parser.parse_args(argv)
+    try:
+        tunes = [parse_tune(t) for t in args.tune]
+        choose, report = parse_seeds(args.choose_seeds), parse_seeds(args.report_seeds)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if set(choose) & set(report):
+        parser.error("--choose-seeds and --report-seeds must be disjoint")
+    if len(args.tables) < 2:
+        parser.error("leaving one table out needs at least two tables")
+    runner = Runner(max(1, args.jobs))
+    try:
+        found = run(args.tables, tunes, args.budget, args.sampler, choose, report, runner)
+    finally:
+        runner.close()
+    if args.json:
+        print(json.dumps({"budget": args.budget, "sampler": args.sampler, "tune": args.tune,
+                          "choose_seeds": seeds_text(choose), "report_seeds": seeds_text(report),
+                          "tables": found}, indent=1))
+        return
+    print(f"each table left out: the pick scored on the others' choose seeds "
+          f"{seeds_text(choose)}, reported on its report seeds {seeds_text(report)}; "
+          f"--trials {args.budget}, sampler {args.sampler}, then the default confirmation")
+    for row in found:
+        print(f"{row['table']}: pick {row['pick']}")
+        for name in ("left_out", "shipped", "oracle"):
+            print(_line(name, row[name]))
+
+
+if __name__ == "__main__":
+    main()

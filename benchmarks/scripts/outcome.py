@@ -1,0 +1,139 @@
+"""What the user gets from a study on a recorded table, and the oracle's limit.
+
+A sibling module of `search_efficiency.py`. Every figure is judged by the
+table's truth (`ReplayTable.true_ratio`: the median of every recorded repeat
+of a configuration's program), never by what the study itself measured:
+
+- **captured gain**: (defaults' true ratio - the recommendation's) /
+  (defaults' true ratio - the optimum's): 1 is the whole gain the table
+  offers, 0 is keeping the defaults, below 0 a recommendation slower than the
+  defaults. None where the table offers no gain of at least `GAIN_FLOOR`
+  (the defaults within 1% of the optimum: nothing to capture).
+- **slower**: the recommendation is truly slower than the defaults.
+- **right**: the recommendation (the defaults included) is truly within
+  `RIGHT_WITHIN` (2%) of the optimum.
+
+The **oracle** knows which program is truly the best (more than any method
+can know: compiles free, and every configuration's program and true ratio
+known) and spends the method's budget, B search processes plus the most the
+confirmation may spend on one configuration (`replay_study.CONFIRM_BUDGET`),
+measuring that program against the defaults. It
+recommends it where the same rule as `recommend` allows (the pooled interval
+of the paired ratio, `autotune.rules.stats.paired_ratio`, lies wholly below
+1.0), else keeps the defaults. No method that must confirm with that rule
+does better on a table; a method's figures are reported as fractions of it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+#: a table whose defaults are within 1% of its optimum offers no gain to capture
+GAIN_FLOOR = 0.01
+#: a recommendation within 2% of the optimum is right
+RIGHT_WITHIN = 0.02
+
+
+def truths(table) -> tuple[float, float]:
+    """(the defaults' true ratio, the optimum's) of a table."""
+    optimum = min(table.ratios().values())
+    defaults = table.true_ratio("")
+    return (optimum if defaults is None else defaults), optimum
+
+
+def captured_gain(defaults: float, optimum: float, found: float | None) -> float | None:
+    """The share of the table's gain a recommendation with true ratio `found` captures
+    (None where the table offers less than `GAIN_FLOOR`; an unmeasured answer is 0)."""
+    if defaults - optimum < GAIN_FLOOR * defaults:
+        return None
+    return (defaults - (defaults if found is None else found)) / (defaults - optimum)
+
+
+def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: float,
+            optimum: float) -> dict[str, Any]:
+    """The user's figures over seeds: `captured_gain` {median, p10} (None where the table
+    offers no gain), `slower` and `right` (shares of seeds) and `device_seconds` (median),
+    for answers whose true ratios are `found` (None: no truth, counted as the defaults)."""
+    ratios = [defaults if f is None else f for f in found]
+    gains = [captured_gain(defaults, optimum, r) for r in ratios]
+    known = [g for g in gains if g is not None]
+    return {
+        "captured_gain": {"median": round(statistics.median(known), 3),
+                          "p10": round(_quantile(known, 0.10), 3)} if known else None,
+        "slower": sum(r > defaults for r in ratios) / len(ratios),
+        "right": sum(r <= optimum * (1 + RIGHT_WITHIN) for r in ratios) / len(ratios),
+        "device_seconds": round(statistics.median(seconds), 2),
+    }
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile (linear between order statistics, as numpy's default)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def best_program_key(table) -> str:
+    """The key of a configuration of the table's truly best program."""
+    ratios = table.ratios()
+    return min(ratios, key=lambda key: (ratios[key], key))
+
+
+def _program_runs(table, key: str) -> list[dict[str, Any]]:
+    """Every recorded repeat of the configurations compiled to `key`'s program."""
+    program = table.programs.get(key)
+    members = table.members(program) if program else [key]
+    return [run for member in members for run in table.runs[member]]
+
+
+def oracle_answer(table, processes: int, seed: int) -> tuple[float, float]:
+    """(true ratio recommended, device-seconds) of the oracle spending `processes` timed
+    processes on the best program: recorded repeats of it drawn without replacement in
+    shuffled rounds (`TableLauncher`'s rule), judged by `paired_ratio`."""
+    from autotune.rules.stats import paired_ratio
+
+    defaults, optimum = truths(table)
+    repeats = [r for r in _program_runs(table, best_program_key(table))
+               if r.get("status", "ok") == "ok" and r.get("step_times_s")]
+    rng = random.Random(seed)
+    drawn: list[dict[str, Any]] = []
+    while len(drawn) < processes and repeats:
+        round_ = list(repeats)
+        rng.shuffle(round_)
+        drawn += round_[:processes - len(drawn)]
+    if not drawn:
+        return defaults, 0.0
+    estimate = paired_ratio([r["step_times_s"] for r in drawn],
+                            [r["baseline_step_times_s"] for r in drawn])
+    seconds = sum(r.get("compile_time_s", 0.0) + sum(r["step_times_s"])
+                  + sum(r["baseline_step_times_s"]) for r in drawn)
+    confirmed = not estimate.includes_one and estimate.ratio < 1
+    return (optimum if confirmed else defaults), seconds
+
+
+def oracle(table, processes: Sequence[int], seeds: Sequence[int]) -> dict[str, Any]:
+    """The oracle's `summary` over `seeds`, each seed spending its own number of
+    `processes` (the method's budget: search and confirmation)."""
+    defaults, optimum = truths(table)
+    answers = [oracle_answer(table, n, seed) for n, seed in zip(processes, seeds, strict=True)]
+    return summary([a for a, _ in answers], [s for _, s in answers], defaults, optimum)
+
+
+def of_oracle(figures: dict[str, Any], limit: dict[str, Any]) -> dict[str, float | None]:
+    """A method's captured gain (median) and share right as fractions of the oracle's
+    (None where the oracle's own figure is 0 or absent)."""
+    def share(mine: float | None, best: float | None) -> float | None:
+        if mine is None or not best:
+            return None
+        return round(mine / best, 3)
+
+    gain = (figures["captured_gain"] or {}).get("median")
+    best_gain = (limit["captured_gain"] or {}).get("median")
+    return {"captured_gain": share(gain, best_gain), "right": share(figures["right"],
+                                                                     limit["right"])}

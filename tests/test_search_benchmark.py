@@ -1,0 +1,177 @@
+"""The search benchmark's figures of what a user gets (`benchmarks/scripts/outcome.py`)
+and its studies planned with a user's budget (`benchmarks/scripts/replay_study.py`),
+on hand-made tables and on a committed one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from autotune.flags.catalog import load_catalog
+from autotune.flags.compose import config_key
+from autotune.launch.replay import ReplayTable
+from autotune.spaces import load_space
+from autotune.study.samplers import Objective, choose_sampler
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "benchmarks/scripts"
+NORM_ACT = ROOT / "benchmarks/tables/norm-act-small.json"
+LEVEL = "xla_backend_optimization_level"
+
+
+def script(name: str) -> ModuleType:
+    """A sibling script of the benchmarks as a module (they import each other by name)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_captured_gain_is_the_share_of_the_tables_gain_by_true_ratios():
+    outcome = script("outcome")
+    assert outcome.captured_gain(1.0, 0.9, 0.9) == pytest.approx(1.0)
+    assert outcome.captured_gain(1.0, 0.9, 0.95) == pytest.approx(0.5)
+    assert outcome.captured_gain(1.0, 0.9, 1.0) == pytest.approx(0.0)
+    assert outcome.captured_gain(1.0, 0.9, 1.05) == pytest.approx(-0.5)  # slower
+    assert outcome.captured_gain(1.0, 0.9, None) == pytest.approx(0.0)  # nothing measured
+    assert outcome.captured_gain(1.0, 0.995, 0.995) is None  # under 1%: nothing to capture
+
+
+def test_the_summary_counts_slower_and_right_answers_over_seeds():
+    outcome = script("outcome")
+    found = [0.90, 0.91, 0.95, 1.00, 1.02, None, 0.90, 0.90, 0.90, 0.90]
+    figures = outcome.summary(found, [1.0] * 9 + [11.0], defaults=1.0, optimum=0.9)
+    gains = sorted([1, 0.9, 0.5, 0, -0.2, 0, 1, 1, 1, 1])
+    assert figures["captured_gain"]["median"] == pytest.approx(0.95)
+    assert figures["captured_gain"]["p10"] == pytest.approx(
+        gains[0] + 0.9 * (gains[1] - gains[0]), abs=1e-3)
+    assert figures["slower"] == pytest.approx(0.1)  # 1.02 only: the defaults are not slower
+    assert figures["right"] == pytest.approx(0.6)  # within 2% of 0.9: 0.918 and below
+    assert figures["device_seconds"] == pytest.approx(1.0)
+    flat = outcome.summary([1.0, 0.999], [1.0, 2.0], defaults=1.0, optimum=0.999)
+    assert flat["captured_gain"] is None and flat["right"] == 1.0 and flat["slower"] == 0
+
+
+def _table(tmp_path: Path, best: list[float], noise: float = 0.0) -> ReplayTable:
+    """Defaults at 1.0 (three repeats), and a faster configuration (program `fast`) whose
+    repeats have the given ratios, each step `noise` apart around its median."""
+    def runs(ratios: list[float]) -> list[dict]:
+        return [{"status": "ok", "message": "", "compile_time_s": 0.5,
+                 "step_times_s": [0.01 * r * (1 + noise * (i % 3 - 1)) for i in range(9)],
+                 "baseline_step_times_s": [0.01] * 9} for r in ratios]
+
+    doc = {"schema_version": 1, "kind": "autotune-replay-table", "benchmark": "matmul",
+           "preset": "tiny", "devices": 1, "space": "benchmarks/tables/cpu-table.yaml",
+           "configurations": 2, "distinct": 2, "repeats": 3,
+           "entries": [{"flags": {}, "runs": runs([1.0, 1.0, 1.0]), "program": "default"},
+                       {"flags": {LEVEL: 2}, "runs": runs(best), "program": "fast"}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    return ReplayTable.load(path)
+
+
+def test_the_oracle_confirms_the_best_program_where_its_processes_can(tmp_path):
+    outcome = script("outcome")
+    clear = _table(tmp_path, [0.90, 0.91, 0.89])
+    assert outcome.best_program_key(clear) == config_key({LEVEL: 2})
+    assert outcome.truths(clear) == (1.0, pytest.approx(0.90))
+    found, seconds = outcome.oracle_answer(clear, 6, seed=1)
+    assert found == pytest.approx(0.90)
+    assert seconds == pytest.approx(6 * (0.5 + 9 * 0.01 * 0.9 + 9 * 0.01), rel=0.02)
+    limit = outcome.oracle(clear, [6, 6], [1, 2])
+    assert limit["right"] == 1 and limit["captured_gain"]["median"] == pytest.approx(1.0)
+    # one lucky process among slow ones: the pooled interval includes 1.0, defaults kept
+    lucky = _table(tmp_path, [0.80, 1.10, 1.12], noise=0.05)
+    assert outcome.oracle_answer(lucky, 3, seed=1)[0] == pytest.approx(1.0)
+
+
+def test_a_methods_figures_are_fractions_of_the_oracles():
+    outcome = script("outcome")
+    mine = {"captured_gain": {"median": 0.6, "p10": 0.1}, "right": 0.5}
+    limit = {"captured_gain": {"median": 0.8, "p10": 0.5}, "right": 1.0}
+    assert outcome.of_oracle(mine, limit) == {"captured_gain": 0.75, "right": 0.5}
+    none = {"captured_gain": None, "right": 0.0}
+    assert outcome.of_oracle(mine, none) == {"captured_gain": None, "right": None}
+
+
+def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation():
+    """`--trials B`: `auto` resolves as for a user with that budget, the search times at
+    most B processes, and the answer is the confirmed recommendation with its truth."""
+    study = script("replay_study")
+    table = ReplayTable.load(NORM_ACT)
+    space = load_space(str(ROOT / table.meta["space"]))
+    answer = study.run_study(table, space, "random", 1000, 10, load_catalog(), confirm=True)
+    assert 0 < answer.timed <= 10
+    assert answer.recommended is not None
+    assert answer.true_ratio == pytest.approx(table.true_ratio(answer.recommended))
+    searched_only = study.run_study(table, space, "random", 1000, 10, load_catalog())
+    assert searched_only.recommended is None and searched_only.trace == answer.trace
+    assert answer.device_seconds > searched_only.trace.device_seconds[-1]  # confirmation
+    efficiency = script("search_efficiency")
+    assert efficiency.checkpoints(80) == [10, 20, 40, 80]
+    assert efficiency.checkpoints(25) == [10, 20, 25]
+    assert choose_sampler("auto", (Objective.TIME,), space, 10).name == "tpe"
+    assert choose_sampler("auto", (Objective.TIME,), space, 20 * 40).name == "grid"
+
+
+def test_a_constant_is_picked_on_the_other_tables_only():
+    loo = script("leave_one_out")
+    assert loo.parse_tune("autotune.results.evidence:BACKED_BY=2,3") == [
+        ("autotune.results.evidence", "BACKED_BY", 2), ("autotune.results.evidence",
+                                                         "BACKED_BY", 3)]
+    with pytest.raises(ValueError, match="module:ATTRIBUTE=value"):
+        loo.parse_tune("BACKED_BY=2")
+    a, b = (("m", "X", 1),), (("m", "X", 2),)
+    # a wins on table one, b on tables two and three: left out, each is judged by the rest
+    scores = {a: {"one": (1.0, 0.9, -5.0), "two": (0.0, 0.0, -5.0), "three": (0.4, 0.0, -5.0)},
+              b: {"one": (0.0, 0.0, -5.0), "two": (0.5, 0.5, -5.0), "three": (0.5, 0.1, -5.0)}}
+    assert loo.pick(scores, "one") == b
+    assert loo.pick(scores, "two") == a  # 1.4 right on one and three, against b's 0.5
+    figures = {"right": 0.5, "captured_gain": None, "device_seconds": 3.0}
+    assert loo.score(figures) == (0.5, 0.0, -3.0)
+
+
+def test_a_patched_constant_holds_for_the_study_and_is_restored():
+    import autotune.results.evidence as evidence
+
+    study = script("replay_study")
+    shipped = evidence.BACKED_BY
+    with study.patched([("autotune.results.evidence", "BACKED_BY", shipped + 5)]):
+        assert evidence.BACKED_BY == shipped + 5
+    assert evidence.BACKED_BY == shipped
+    with pytest.raises(RuntimeError), study.patched(
+            [("autotune.results.evidence", "BACKED_BY", 0)]):
+        raise RuntimeError
+    assert evidence.BACKED_BY == shipped
+
+
+@pytest.mark.slow
+def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
+    import subprocess
+
+    args = [sys.executable, "benchmarks/scripts/leave_one_out.py", str(NORM_ACT),
+            str(ROOT / "benchmarks/tables/mlp-dp-small.json"), "--tune",
+            "autotune.results.evidence:BACKED_BY=2,3", "--budget", "10", "--choose-seeds",
+            "0-1", "--report-seeds", "1000-1001", "--jobs", "1", "--json"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert [t["table"] for t in doc["tables"]] == ["norm-act-small.json", "mlp-dp-small.json"]
+    for row in doc["tables"]:
+        assert set(row) == {"table", "pick", "left_out", "shipped", "oracle", "of_oracle"}
+        assert row["pick"]["autotune.results.evidence:BACKED_BY"] in (2, 3)
+        assert 0 <= row["left_out"]["right"] <= 1 and 0 <= row["oracle"]["right"] <= 1
+        assert row["left_out"]["device_seconds"] > 0
+    bad = subprocess.run(args[:2] + [str(NORM_ACT), "--tune", "x=1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr
