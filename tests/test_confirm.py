@@ -196,7 +196,9 @@ def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_pat
         conf = _confirmation(store, flags)
         assert conf.runs <= 7 and conf.estimate.includes_one
     assert max(_confirmation(store, f).runs for f in (REAL, LUCKY)) == 7
-    assert recommend(store.runs("s")).run is None
+    rec = recommend(store.runs("s"))
+    assert rec.run is None and "no measurable gain over " in rec.reason
+    assert rec.reason.endswith("fresh processes): keep XLA's defaults")
     runner.confirm(top=2, repeats=4, cap=7)  # run again: nothing left to measure
     assert max(_confirmation(store, f).runs for f in (REAL, LUCKY)) == 7
 

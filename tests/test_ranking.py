@@ -444,7 +444,8 @@ def test_the_reasons_read_exactly():
     confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
     assert recommend(gainless.runs).reason == (
         "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
-        "1: ×1.000 [1.000, 1.000] no measurable gain): keep XLA's defaults")
+        "1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh processes): keep XLA's "
+        "defaults")
 
 
 def test_the_memory_recommendation_reads_exactly_and_needs_a_clean_baseline():

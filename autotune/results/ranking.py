@@ -256,8 +256,10 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
                 "and the best of many is usually lucky): keep XLA's defaults, or run the "
                 "study again with --confirm K")
     run, c = confirmed[0]
+    assert c is not None
     return (f"no configuration was confirmed faster than XLA's defaults (the best confirmed, "
-            f"trial {run.trial_number}: {verdict_text(c)}): keep XLA's defaults")
+            f"trial {run.trial_number}: {verdict_text(c)} over {c.runs - c.failures} fresh "
+            "processes): keep XLA's defaults")
 
 
 def verdict_text(c: Confirmation | None) -> str:

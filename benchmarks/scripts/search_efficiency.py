@@ -80,6 +80,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outcome  # noqa: E402  (sibling scripts, not a package)
+import replay_study  # noqa: E402
 from replay_study import (  # noqa: E402
     CONFIRM_BUDGET,
     CONFIRM_MAX,
@@ -172,7 +173,8 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     if not samplers:
         return out
     say(f"per checkpoint B (studies planned with --trials B, then confirmed: the best "
-        f"{CONFIRM_TOP}, {CONFIRM_REPEATS} processes each, then sequentially up to {CONFIRM_MAX}"
+        f"{CONFIRM_TOP}, {CONFIRM_REPEATS} processes each, then sequentially up to "
+        f"{replay_study.CONFIRM_MAX}"
         f"), over {len(seeds)} report seeds: the "
         "share whose search incumbent is truly within 2% of the best; the median captured "
         "gain of the recommendation and the share right (within 2% of the best)")
@@ -359,6 +361,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document only")
     parser.add_argument("--trials", type=int, default=max(CHECKPOINTS),
                         help="timed processes per study (default 80)")
+    parser.add_argument("--confirm-max", type=int, default=CONFIRM_MAX,
+                        help=f"sequential confirmation's cap (default {CONFIRM_MAX}, as "
+                             "autotune study; 0: the fixed rounds only)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes running studies (default: 2, or fewer cores)")
     args = parser.parse_args(argv)
@@ -383,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"is over the {len(args.report_seeds)} report seeds "
               f"{seeds_text(args.report_seeds)}, disjoint from them; {args.trials} timed "
               "processes per study", flush=True)
+    replay_study.CONFIRM_MAX = args.confirm_max  # before the pool forks its workers
     runner = Runner(max(1, args.jobs))
     tables = []
     try:
@@ -397,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.json:
         print(json.dumps({"seeds": seeds_text(args.report_seeds), "timed_processes": args.trials,
                           "checkpoints": checkpoints(args.trials),
-                          "confirm": [CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX],
+                          "confirm": [CONFIRM_TOP, CONFIRM_REPEATS, args.confirm_max],
                           "tables": tables}, indent=1))
     sys.stdout.flush()
 
