@@ -808,3 +808,65 @@ def test_the_pareto_front_is_every_point_no_other_beats_on_both(points):
     expected = sorted((r for r in candidates if not any(beats(o, r) for o in candidates)),
                       key=lambda r: (r.ratio, r.outcome.measurement.peak_memory_bytes))
     assert [r.id for r in pareto_front(s.runs)] == [r.id for r in expected]
+
+
+# --- sequential confirmation's rule ------------------------------------------------------------
+
+
+def _targets(s: Runs) -> list[RunRecord]:
+    return [r for r in s.runs if r.role is Role.SEARCH]
+
+
+def test_sequential_confirmation_measures_the_open_leader_until_the_cap():
+    from autotune.results.confirmation import sequential_next
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 1.06, 0.93, 1.02])  # open, the better estimate
+    confirmed(s, 2, {LEVEL: 1}, 0.9, [0.95, 1.04, 0.97, 1.03])  # open, a worse one
+    a, b = _targets(s)
+    assert sequential_next(s.runs, [a, b], cap=5) is a
+    assert sequential_next(s.runs, [b, a], cap=5) is a  # by estimate, not by order
+    assert sequential_next(s.runs, [a, b], cap=4) is None  # both at the cap
+    assert sequential_next(s.runs, [b], cap=5) is b
+    assert sequential_next(s.runs, [], cap=5) is None
+
+
+def test_a_confirmed_leader_ends_sequential_confirmation_but_a_weaker_one_does_not():
+    from autotune.results.confirmation import sequential_next
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.95, 0.96, 0.95, 0.96])  # confirmed faster
+    confirmed(s, 2, {LEVEL: 1}, 0.9, [0.70, 1.20, 0.75, 1.10])  # open, a better estimate
+    confirmed(s, 3, {LEVEL: 2}, 0.9, [0.97, 1.04, 0.98, 1.03])  # open, worse than the confirmed
+    winner, better, worse = _targets(s)
+    assert sequential_next(s.runs, [winner, better, worse], cap=16) is better
+    assert sequential_next(s.runs, [winner, worse], cap=16) is None
+
+
+def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics():
+    from autotune.results.confirmation import NOT_WORTH, sequential_next
+
+    assert NOT_WORTH == 0.01
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [1.0, 1.0, 1.0, 1.0])  # no gain at all
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.995, 1.02, 0.996, 1.01])  # at most 0.5% to gain
+    confirmed(s, 3, {LEVEL: 2}, 0.8, [0.985, 1.02, 0.986, 1.01])  # up to 1.5%: still open
+    confirmed(s, 4, {LEVEL: 0}, 0.8, [0.90, 1.06, 0.93, 1.02], wrong=1)  # numerics broke
+    none, small, open_, wrong = _targets(s)
+    assert sequential_next(s.runs, [none, small, wrong], cap=16) is None
+    assert sequential_next(s.runs, [none, small, open_, wrong], cap=16) is open_
+    same = Runs()
+    same.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    same.add(Role.SEARCH, {LEVEL: 3}, 1.0, trial=1, m=measurement(same=True))
+    assert sequential_next(same.runs, _targets(same), cap=16) is None  # the default program
+    failed = Runs()
+    failed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(failed, 1, {FAST: True}, 0.8, [], wrong=2)  # nothing timed: no estimate
+    assert sequential_next(failed.runs, _targets(failed), cap=16) is None
+    unconfirmed = Runs()
+    unconfirmed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    unconfirmed.add(Role.SEARCH, {FAST: True}, 0.8, trial=1)  # not confirmed yet
+    assert sequential_next(unconfirmed.runs, _targets(unconfirmed), cap=16) is None
