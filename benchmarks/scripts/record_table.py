@@ -189,7 +189,7 @@ def programs_child(table: Path) -> None:
     from autotune.flags.catalog import load_catalog
     from autotune.flags.compose import compiler_options, config_key
 
-    doc = json.loads(table.read_text())
+    doc = _read(table)
     _, lowered = _lowered(doc["benchmark"], doc["preset"], doc.get("script"))
     catalog = load_catalog()
     found = {}
@@ -204,7 +204,7 @@ def add_programs(table: Path) -> None:
     """Fingerprint the programs of a table recorded without them, in a fresh process."""
     from autotune.flags.compose import config_key
 
-    doc = json.loads(table.read_text())
+    doc = _read(table)
     env = dict(os.environ, PYTHONPATH=str(ROOT),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={doc['devices']}")
     done = subprocess.run([sys.executable, __file__, "--programs-child", str(table)], env=env,
@@ -214,9 +214,24 @@ def add_programs(table: Path) -> None:
         entry["program"] = found[config_key(entry["flags"])]
     doc["programs_added_by"] = " ".join(
         ["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]])
-    table.write_text(json.dumps(doc) + "\n")
+    _write(table, json.dumps(doc) + "\n")
     print(f"{table}: {len(doc['entries'])} configurations, "
           f"{len(set(found.values()))} distinct programs")
+
+
+def _read(table: Path) -> dict[str, Any]:
+    """A table document, gzip-compressed where its name ends in `.gz`."""
+    raw = table.read_bytes()
+    return json.loads(gzip.decompress(raw) if table.suffix == ".gz" else raw)
+
+
+def _write(table: Path, text: str) -> None:
+    """Write a table, compressed where its name ends in `.gz` (compact in the repository;
+    `ReplayTable.load` reads either)."""
+    if table.suffix == ".gz":
+        table.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        table.write_text(text)
 
 
 def main() -> None:
@@ -260,11 +275,7 @@ def main() -> None:
     parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
     for r, part in enumerate(parts):
         run_child(args, configs_file, part, seed=r)
-    text = json.dumps(assemble(args, configs, raw, parts), indent=None) + "\n"
-    if output.suffix == ".gz":  # compact in the repository: ReplayTable.load reads either
-        output.write_bytes(gzip.compress(text.encode(), mtime=0))
-    else:
-        output.write_text(text)
+    _write(output, json.dumps(assemble(args, configs, raw, parts), indent=None) + "\n")
     print(f"wrote {output}")
 
 
