@@ -37,23 +37,31 @@ def paired(ratio: float, seed: int, same: bool = False, steps: int = 20) -> Tria
                           backend="cpu", device_count=8, duration_s=5.0, exit_code=0)
 
 
-@pytest.fixture
-def searched(tmp_path: Path) -> tuple[StudyRunner, Store, ReplayLauncher]:
-    """A study whose search is over: baseline, a lucky winner, a real gain, a no-op."""
+def searched_study(tmp_path: Path, remeasured: dict, same: bool = True
+                   ) -> tuple[StudyRunner, Store, ReplayLauncher]:
+    """A study whose search is over: baseline, a lucky winner, a real gain and (with `same`)
+    a no-op; `remeasured` holds what re-measuring each configuration gives, in order."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{tmp_path / 'autotune.db'}"
     store = Store.open(url)
     plan = StudyPlan.of(name="s", space=load_space("cpu"),
-                     workload=resolve_benchmark("transformer"), trials=4)
+                        workload=resolve_benchmark("transformer"), trials=4)
     store.ensure_study("s", "cpu", "transformer", "small", 8, MeasureMode.PAIRED, "cpu")
     search = [({}, Role.BASELINE, paired(1.0, 1, same=True)), (LUCKY, Role.SEARCH, paired(0.8, 2)),
-              (REAL, Role.SEARCH, paired(0.9, 3)), (SAME, Role.SEARCH, paired(0.85, 4, same=True))]
+              (REAL, Role.SEARCH, paired(0.9, 3))]
+    if same:
+        search.append((SAME, Role.SEARCH, paired(0.85, 4, same=True)))
     for number, (flags, role, outcome) in enumerate(search):
         store.record_run("s", number, role, flags, {}, outcome)
-    replay = ReplayLauncher({
-        config_key(LUCKY): [paired(1.0, 10 + i) for i in range(6)],
-        config_key(REAL): [paired(0.9, 20 + i) for i in range(6)],
-    })
+    replay = ReplayLauncher({config_key(flags): outcomes for flags, outcomes in remeasured})
     return StudyRunner(plan, store, replay, url), store, replay
+
+
+@pytest.fixture
+def searched(tmp_path: Path) -> tuple[StudyRunner, Store, ReplayLauncher]:
+    """The study above, LUCKY re-measuring at 1.0 and REAL at 0.9."""
+    return searched_study(tmp_path, [(LUCKY, [paired(1.0, 10 + i) for i in range(6)]),
+                                     (REAL, [paired(0.9, 20 + i) for i in range(6)])])
 
 
 def test_confirmation_demotes_a_lucky_search_winner(searched):
@@ -144,22 +152,11 @@ NOISY_NONE = [1.05, 0.93, 1.04, 0.97, 1.02, 0.98, 1.01, 0.99, 1.0, 1.02, 0.98, 1
 
 def noisy_study(tmp_path: Path, real: list[float], lucky: list[float]
                 ) -> tuple[StudyRunner, Store, ReplayLauncher]:
-    """The `searched` study, its two candidates re-measured with these per-process ratios."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite:///{tmp_path / 'autotune.db'}"
-    store = Store.open(url)
-    plan = StudyPlan.of(name="s", space=load_space("cpu"),
-                        workload=resolve_benchmark("transformer"), trials=4)
-    store.ensure_study("s", "cpu", "transformer", "small", 8, MeasureMode.PAIRED, "cpu")
-    search = [({}, Role.BASELINE, paired(1.0, 1, same=True)), (LUCKY, Role.SEARCH, paired(0.8, 2)),
-              (REAL, Role.SEARCH, paired(0.9, 3))]
-    for number, (flags, role, outcome) in enumerate(search):
-        store.record_run("s", number, role, flags, {}, outcome)
-    replay = ReplayLauncher({
-        config_key(LUCKY): [paired(r, 10 + i) for i, r in enumerate(lucky)],
-        config_key(REAL): [paired(r, 40 + i) for i, r in enumerate(real)],
-    })
-    return StudyRunner(plan, store, replay, url), store, replay
+    """The `searched` study (no no-op), its two candidates re-measured with these
+    per-process ratios."""
+    return searched_study(tmp_path, [(LUCKY, [paired(r, 10 + i) for i, r in enumerate(lucky)]),
+                                     (REAL, [paired(r, 40 + i) for i, r in enumerate(real)])],
+                          same=False)
 
 
 def _confirmation(store: Store, flags: dict):

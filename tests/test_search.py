@@ -15,6 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from bench_scripts import script
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -582,28 +583,12 @@ def test_the_search_benchmark_prints_its_table_and_json():
     assert [e["resolved"]["10"] for e in entries[:2]] == ["random", "tpe"]
 
 
-def _efficiency_script():
-    """benchmarks/scripts/search_efficiency.py as a module (the scripts are no package)."""
-    import importlib.util
-    import sys
-
-    name = "_autotune_search_efficiency"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, ROOT / "benchmarks/scripts/search_efficiency.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_the_search_efficiency_benchmark_scores_the_baseline_by_its_true_ratio():
     """The baseline (the empty key, measured first) is an incumbent like any other
     configuration: its true ratio, about 1.0, not infinitely slow."""
     from autotune.launch.replay import ReplayTable
 
-    bench = _efficiency_script()
+    bench = script("search_efficiency")
     table = ReplayTable.load(MLP)
     truth = table.true_ratio("")
     assert truth is not None and 0.9 < truth < 1.1
@@ -615,7 +600,7 @@ def test_the_search_efficiency_benchmark_scores_the_baseline_by_its_true_ratio()
 
 
 def test_the_search_efficiency_benchmark_reports_on_seeds_it_did_not_choose_on(capsys):
-    bench = _efficiency_script()
+    bench = script("search_efficiency")
     assert bench.parse_seeds("0-2,7, 9-10") == [0, 1, 2, 7, 9, 10]
     assert bench.seeds_text([0, 1, 2, 7, 9, 10]) == "0-2,7,9-10"
     assert not set(bench.parse_seeds(bench.CHOOSE_SEEDS)) & set(

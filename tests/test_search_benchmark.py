@@ -4,13 +4,12 @@ on hand-made tables and on a committed one."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import script
 
 from autotune.flags.catalog import load_catalog
 from autotune.flags.compose import config_key
@@ -19,22 +18,8 @@ from autotune.spaces import load_space
 from autotune.study.samplers import Objective, choose_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "benchmarks/scripts"
 NORM_ACT = ROOT / "benchmarks/tables/norm-act-small.json"
 LEVEL = "xla_backend_optimization_level"
-
-
-def script(name: str) -> ModuleType:
-    """A sibling script of the benchmarks as a module (they import each other by name)."""
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def test_captured_gain_is_the_share_of_the_tables_gain_by_true_ratios():
