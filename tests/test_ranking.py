@@ -26,6 +26,7 @@ from autotune.ground.records import (
 )
 from autotune.results.confirmation import (
     Confirmation,
+    Confirmations,
     baseline_trial,
     confirm_runs,
     confirmation,
@@ -870,3 +871,22 @@ def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics(
     unconfirmed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     unconfirmed.add(Role.SEARCH, {FAST: True}, 0.8, trial=1)  # not confirmed yet
     assert sequential_next(unconfirmed.runs, _targets(unconfirmed), cap=16) is None
+
+
+def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie():
+    from autotune.results.confirmation import sequential_next
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    s.add(Role.SEARCH, {LEVEL: 3}, 1.0, trial=1, m=measurement(same=True))  # the default program
+    confirmed(s, 2, {FAST: True}, 0.8, [0.90, 1.06, 0.93, 1.02])  # open
+    same, open_ = _targets(s)
+    assert sequential_next(s.runs, [same, open_], cap=16) is open_
+    tie = Runs()
+    tie.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(tie, 1, {FAST: True}, 0.8, [0.95, 0.95, 0.95, 0.95])  # confirmed at 0.95
+    confirmed(tie, 2, {LEVEL: 1}, 0.8, [0.80, 0.95, 0.95, 1.10])  # open, also 0.95
+    winner, level = _targets(tie)
+    confs = Confirmations.of(tie.runs)
+    assert confs.of_run(winner).estimate.ratio == confs.of_run(level).estimate.ratio
+    assert sequential_next(tie.runs, [winner, level], cap=16) is None  # no better: done

@@ -5,6 +5,7 @@ Imports only the standard library at import time; jax inside the functions.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
@@ -35,7 +36,11 @@ def program_fingerprint(dump_dir: str | None) -> str | None:
     """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
 
     Module numbers in file names differ between compilations of one program, so
-    files are keyed by name with the `module_NNNN.` prefix removed.
+    files are keyed by name with the `module_NNNN.` prefix removed. The HLO's
+    source metadata (`metadata={...}` and the trailing tables of file names and
+    stack frames) is left out: it names the Python files and lines that traced
+    the step, so the same program traced from another path, another line or
+    another version of the caller would otherwise hash differently.
     """
     import hashlib
     import re
@@ -48,8 +53,21 @@ def program_fingerprint(dump_dir: str | None) -> str | None:
     files = [p for p in Path(dump_dir).iterdir() if wanted.search(p.name)]
     for path in sorted(files, key=lambda p: re.sub(r"^module_\d+\.", "", p.name)):
         digest.update(re.sub(r"^module_\d+\.", "", path.name).encode())
-        digest.update(path.read_bytes())
+        data = path.read_bytes()
+        digest.update(without_source(data) if path.name.endswith(".txt") else data)
     return digest.hexdigest()[:16] if files else None
+
+
+#: `, metadata={...}` of an HLO instruction (its quoted strings may hold braces)
+_METADATA = re.compile(rb', metadata=\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\}')
+#: the tables after the module that say where each instruction was traced from
+_SOURCE_TABLES = re.compile(rb"\n\n(?:FileNames|FunctionNames|FileLocations|StackFrames)\n.*\Z",
+                            re.S)
+
+
+def without_source(hlo: bytes) -> bytes:
+    """An HLO text without its source metadata (see `program_fingerprint`)."""
+    return _SOURCE_TABLES.sub(b"\n", _METADATA.sub(b"", hlo))
 
 
 def program_bytes(compiled: Any) -> int | None:
