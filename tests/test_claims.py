@@ -136,7 +136,8 @@ def test_processes_racing_for_claims_never_share_one_nor_overshoot_the_budget(ur
 
 STUDY = ["study", "--benchmark", "matmul", "--preset", "tiny", "--devices", "1",
          "--steps", "5", "--warmup", "1", "--space", "cpu", "--name", "shared",
-         "--trials", "6", "--confirm", "1", "--confirm-repeats", "2"]
+         "--trials", "6", "--confirm", "1", "--confirm-repeats", "2",
+         "--confirm-max", "0"]
 
 
 def _start(folder: Path, url: str, seed: int) -> subprocess.Popen[str]:

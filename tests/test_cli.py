@@ -16,6 +16,7 @@ import yaml
 from cli_runner import invoke
 
 from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.results.confirmation import sequential_next
 from autotune.results.ranking import recommend
 from autotune.results.shrink import SHRINK_ROLES
 from autotune.storage import Store
@@ -209,7 +210,8 @@ def test_a_study_whose_flags_never_change_the_program_exports_xlas_defaults(tmp_
     result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul", "--preset",
                     "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", "--trials", "3",
                     "--seed", "1", "--allow-backend-mismatch", "--confirm", "2",
-                    "--confirm-repeats", "2", "--no-fit", cwd=tmp_path)  # fitting drops them all
+                    "--confirm-repeats", "2", "--confirm-max", "0", "--no-fit",
+                    cwd=tmp_path)  # fitting drops them all
     assert result.exit_code == 0, result.output
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     tried = [r for r in store.runs("gpu-collectives-matmul-tiny") if r.role is not Role.BASELINE]
@@ -447,14 +449,17 @@ QUICK = ["--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", 
 @pytest.mark.slow
 def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     result = invoke("study", "--space", "cpu", "--script", str(EXAMPLES / "my_step.py"),
-                    "--trials", "3", "--confirm", "1", "--confirm-repeats", "2", *QUICK,
+                    "--trials", "3", "--confirm", "1", "--confirm-repeats", "2",
+                    "--confirm-max", "4", *QUICK,
                     "--no-fit", "--no-racing", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "confirming the best 1 configurations" in result.output
     stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
     runs = [r for r in stored if r.role not in SHRINK_ROLES]
-    assert [r.role for r in runs] == [Role.BASELINE, Role.SEARCH, Role.SEARCH,
-                                      Role.CONFIRM, Role.CONFIRM]
+    roles = [r.role for r in runs]
+    assert roles[:3] == [Role.BASELINE, Role.SEARCH, Role.SEARCH]
+    # two rounds, then sequential confirmation: more only while the interval holds 1.0
+    assert roles[3:] == [Role.CONFIRM] * len(roles[3:]) and 2 <= len(roles[3:]) <= 4
     # a configuration confirmed faster (noise decides, on this machine) is shrunk
     shrunk = [r for r in stored if r.role in SHRINK_ROLES]
     assert bool(shrunk) == recommend(stored).recommended
@@ -465,11 +470,14 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
             runs[1:3], key=lambda r: r.ratio).flags.items()
     search = runs[1:3]
     # seed 3 samples two configurations that both change the compiled program, so the
-    # faster of the two must be re-measured: --confirm-repeats 2 fresh processes
+    # faster of the two must be re-measured: --confirm-repeats 2 fresh processes, and up to
+    # --confirm-max 4 while its interval still holds 1.0
     assert [r.outcome.measurement.same_program_as_baseline for r in search] == [False, False]
     best = min(search, key=lambda r: r.ratio)
     confirm = runs[3:]
-    assert [(r.trial_number, r.flags) for r in confirm] == [(best.trial_number, best.flags)] * 2
+    assert [(r.trial_number, r.flags) for r in confirm] == [(best.trial_number,
+                                                            best.flags)] * len(confirm)
+    assert sequential_next(stored, [best], cap=4) is None  # it stopped where the rule says
     assert all(r.outcome.ok and r.outcome.measurement.step_times_s for r in confirm)
     assert f"confirm 1/2: trial #{best.trial_number} " in result.output
     assert f"confirm 2/2: trial #{best.trial_number} " in result.output
@@ -479,7 +487,7 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     assert [(row[1], row[2]) for row in table_rows(shown.output)] == [
         ("0", "baseline"), (str(search[0].trial_number), "search"),
         (str(search[1].trial_number), "search"),
-        (str(best.trial_number), "confirm"), (str(best.trial_number), "confirm")]
+        *[(str(best.trial_number), "confirm")] * len(confirm)]
 
 
 @pytest.mark.slow

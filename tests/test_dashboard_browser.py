@@ -33,7 +33,8 @@ ARTIFACTS = Path(os.environ.get("AUTOTUNE_TEST_ARTIFACTS", ROOT / "test-artifact
 EVIL = "<script>window.pwned=1</script>"
 EPOCH = "1767225600"  # SOURCE_DATE_EPOCH for both sides: exports compare byte for byte
 STUDY = ["study", "--space", "cpu", "--benchmark", "matmul", "--preset", "tiny", "--devices",
-         "1", "--seed", "3", "--confirm", "1", "--confirm-repeats", "2", "--name", "real"]
+         "1", "--seed", "3", "--confirm", "1", "--confirm-repeats", "2", "--confirm-max", "0",
+         "--name", "real"]
 NAME = "real"
 CLI = [sys.executable, "-c", "from autotune.cli import main; main()"]
 

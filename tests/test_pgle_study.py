@@ -29,7 +29,7 @@ from autotune.results.pgle import profile_kind
 STUDY = "pgle-study"
 SHORT = ["--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
          "--warmup", "1", "--max-warmup", "3", "--trials", "3", "--confirm", "1",
-         "--confirm-repeats", "2", "--no-racing", "--no-shrink"]
+         "--confirm-repeats", "2", "--confirm-max", "0", "--no-racing", "--no-shrink"]
 
 
 @pytest.fixture(scope="module")

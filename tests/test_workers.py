@@ -217,7 +217,8 @@ def test_study_with_two_local_workers_on_one_sqlite_file(tmp_path):
         [sys.executable, "-m", "autotune", "study", "--space", "cpu", "--name", "two",
          "--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
          "--warmup", "1", "--max-warmup", "3", "--trials", "5", "--confirm", "1",
-         "--confirm-repeats", "2", "--no-racing", "--workers", "2", "--storage", url],
+         "--confirm-repeats", "2", "--confirm-max", "0", "--no-racing", "--workers", "2",
+         "--storage", url],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "starting 2 local workers" in done.stdout and "rank" in done.stdout, done.stdout

@@ -46,14 +46,16 @@ class Study:
 
     def run(self, *, confirm: int | None = None, confirm_repeats: int | None = None,
             shrink: bool | None = None, pgle: int | None = None,
+            confirm_max: int | None = None,
             on_trial: Callable[[TrialEvent], None] | None = None,
             on_confirm: Callable[[ConfirmEvent], None] | None = None,
             on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
         """Measure the trials still to run, then confirm the best `confirm` configurations
         `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
         with `pgle` K, measure the best K again with a PGLE profile each
-        (`StudyRunner.pgle`), `confirm_repeats` processes each. Each of the four left
-        None is what the study's options say (`Study.create(confirm=..., ...)`).
+        (`StudyRunner.pgle`), `confirm_repeats` processes each; `confirm_max` caps
+        sequential confirmation (0: off). Each of the five left None is what the
+        study's options say (`Study.create(confirm=..., ...)`).
 
         Raises:
             UsageError: this Study was opened for reading (use `Study.create`).
@@ -71,7 +73,8 @@ class Study:
             runner.prepare()
             summary = runner.run(on_trial=on_trial)
             after = AfterSearch.of(plan.options, confirm=confirm,
-                                   confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle)
+                                   confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle,
+                                   confirm_max=confirm_max)
             finish(runner, after, _callbacks(on_confirm, on_shrink))
         finally:
             runner.close()
