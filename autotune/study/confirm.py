@@ -60,11 +60,11 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
     target is next, and when it ends: `autotune.results.confirmation.sequential_next`.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    while (target := sequential_next(ctx.runs(), targets, cap)) is not None:
+    while (target := sequential_next(runs := ctx.runs(), targets, cap)) is not None:
         raise_if_interrupted()
         number = target.trial_number
         assert number is not None
-        round_ = len(confirm_runs(ctx.runs(), number))
+        round_ = len(confirm_runs(runs, number))  # the runs just read: one query a step
         _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
                                  number, ctx.judge.request(target.flags))
         if run is None:  # another process holds this round: it goes on from here

@@ -7,33 +7,17 @@ elementwise and reduction work with small dots between, in float32.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 
-from autotune.bench import Workload
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _sgd import sgd_workload  # noqa: E402  (a sibling file; workloads are loaded by path)
 
 PRESETS = ("tiny", "small")
 SEED = 1701
-LEARNING_RATE = 1e-3
-
-
-def train_step(params, *batch):
-    """One SGD step of `loss`: (new params, loss)."""
-    value, grads = jax.value_and_grad(loss)(params, *batch)
-    return jax.tree_util.tree_map(lambda p, g: p - LEARNING_RATE * g, params, grads), value
-
-
-def _on_device(tree):
-    return jax.device_put(tree, jax.devices()[0])
-
-
-def workload(preset: str = "small") -> Workload:
-    """The jitted training step and its arguments for `preset`, on the first device."""
-    if preset not in SIZES:  # before jax.devices(): a typo never starts a backend
-        raise ValueError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
-    params, batch = make_inputs(**SIZES[preset])
-    return Workload(step=jax.jit(train_step), args=(_on_device(params), *_on_device(batch)),
-                    name=f"{NAME}-{preset}", meta=dict(SIZES[preset], preset=preset))
 
 NAME = "norm-residual"
 DESCRIPTION = "four RMS-norm + residual layers around narrow matmuls, training step, one device"
@@ -56,3 +40,8 @@ def make_inputs(rows, width, layers):
                      for k in keys[:layers]]}
     x = jax.random.normal(keys[-2], (rows, width), jnp.float32)
     return params, (x, jax.random.normal(keys[-1], (rows, width), jnp.float32))
+
+
+def workload(preset: str = "small"):
+    """The jitted training step and its arguments for `preset`, on the first device."""
+    return sgd_workload(NAME, preset, SIZES, loss, make_inputs)
