@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -276,6 +277,23 @@ def test_recommended_configuration_is_the_second_trial(tmp_path):
     assert "--xla_gpu_enable_latency_hiding_scheduler=true" in runs[1].env["XLA_FLAGS"]
 
 
+@pytest.mark.slow
+def test_a_study_with_nothing_left_to_search_confirms_nothing_and_says_so(tmp_path):
+    """Seen on an H200 (gpu-collectives on one device: no collectives to act on): the
+    study announced a confirmation of three and the answer blamed failed runs."""
+    result = invoke("study", "--space", "gpu-collectives", "--benchmark", "matmul",
+                    *QUICK, "--trials", "4", "--allow-backend-mismatch", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "nothing to confirm: the search measured no configuration beside XLA's defaults" \
+        in result.output
+    assert "confirming" not in result.output and "ran successfully" not in result.output
+    best = invoke("export", "gpu-collectives-matmul-tiny", "-o", "-", "--format", "json",
+                  cwd=tmp_path)
+    assert best.exit_code == 0, best.output
+    assert json.loads(best.output)["reason"] == (
+        "no configuration beside XLA's defaults was measured: keep XLA's defaults")
+
+
 def test_studies_lists_what_the_database_holds(finished_study):
     result = invoke("studies", cwd=finished_study)
     assert result.exit_code == 0 and "cpu-matmul-tiny" in result.output
@@ -453,7 +471,7 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
                     "--confirm-max", "4", *QUICK,
                     "--no-fit", "--no-racing", cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    assert "confirming the best 1 configurations" in result.output
+    assert "confirming the best configuration:" in result.output
     stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
     runs = [r for r in stored if r.role not in SHRINK_ROLES]
     roles = [r.role for r in runs]

@@ -353,7 +353,7 @@ def test_an_unconfirmed_study_recommends_the_defaults_and_says_to_confirm():
     rec = recommend(s.runs)
     assert rec.run is None and "no configuration was confirmed" in rec.reason
     assert "--confirm K" in rec.reason
-    assert "ran successfully" in recommend([s.runs[0]]).reason
+    assert "beside XLA's defaults was measured" in recommend([s.runs[0]]).reason
 
 
 def test_an_explicit_pick_says_why_it_is_not_the_recommendation():
@@ -412,7 +412,8 @@ def test_the_reasons_read_exactly():
     assert pick_reason(*order[3], recommend(s.runs)).startswith("explicit pick: ×")
     none = Runs()
     none.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
-    assert recommend(none.runs).reason == "no configuration ran successfully: keep XLA's defaults"
+    assert recommend(none.runs).reason == ("no configuration beside XLA's defaults was "
+                                           "measured: keep XLA's defaults")
     none.add(Role.SEARCH, {FAST: True}, None, trial=1,
              m=Measurement((), 1.0, mode=MeasureMode.PAIRED, same_program_as=0))
     assert recommend(none.runs).reason == (
@@ -447,6 +448,23 @@ def test_the_reasons_read_exactly():
         "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
         "1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh processes): keep XLA's "
         "defaults")
+
+
+def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
+    """DIRECT confirmation times the defaults' program too (trial 0's confirm runs): it is
+    a row, may rank first among the no-gain tier, and is never the one the reason cites
+    (seen on an H200, where it read "trial 0: ... over 0 fresh processes")."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    for _ in range(3):
+        s.add(Role.CONFIRM, {}, None, trial=0, m=measurement(0.9, same=True))
+    assert recommend(s.runs).reason == ("every confirmed configuration compiled to XLA's "
+                                        "default program: keep XLA's defaults")
+    confirmed(s, 1, {FAST: True}, 0.5, [1.2, 1.2, 1.2])
+    assert confirmed_order(s.runs)[0][0].trial_number == 0
+    assert recommend(s.runs).reason == (
+        "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
+        "1: ×0.833 [0.833, 0.833] slower over 3 fresh processes): keep XLA's defaults")
 
 
 def test_the_memory_recommendation_reads_exactly_and_needs_a_clean_baseline():
@@ -621,7 +639,8 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
     assert sorted(real) == sorted(["rank", "trial", "flags_changed", "median_step_s",
                                    "search_speedup", "confirmed_speedup",
                                    "confirmed_interval", "verdict", "recommended",
-                                   "peak_memory_bytes", "same_program", "observations",
+                                   "peak_memory_bytes", "memory_source", "same_program",
+                                   "observations",
                                    "pooled_speedup", "pooled_interval", "program_trials",
                                    "environment"])
     # trial 2's program: its search run (0.85) and three confirmation runs (0.88) pooled
@@ -754,6 +773,31 @@ def test_every_note_says_what_it_says_in_full():
         Note("backend", "note: space 'cpu' holds gpu flags but the trials ran on cpu: the "
              "flags had no effect to measure; differences are noise."),
     ]
+
+
+def test_memory_figures_of_another_source_than_the_baselines_are_marked_not_comparable():
+    """Seen on an H200: a DIRECT configuration's allocator peak (148.5 MiB) beside the
+    PAIRED baseline's program footprint (19.3 MiB) read as 7x the memory."""
+    from autotune.results.notes import memory_note
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=replace(measurement(1.0, memory=20 * MiB, same=True),
+                                            memory_source="memory_analysis"))
+    s.add(Role.SEARCH, {FAST: True}, 1.1, m=replace(measurement(0.9, None, memory=150 * MiB),
+                                                    memory_source="memory_stats"))
+    s.add(Role.SEARCH, {LEVEL: 2}, 1.05, m=replace(measurement(0.95, memory=20 * MiB),
+                                                   memory_source="memory_analysis"))
+    rows = best_rows(s.runs, load_catalog())
+    assert {r.run.trial_number: r.memory_source for r in rows} == {
+        0: "memory_analysis", 1: "memory_stats", 2: "memory_analysis"}
+    assert memory_note(s.runs, rows).text == (
+        "peak memory from: memory_analysis, memory_stats; * marks memory_stats (the device "
+        "allocator's peak, in a process of its own), not comparable with the baseline's "
+        "memory_analysis (the compiled program's footprint)")
+    assert memory_note(s.runs[::2], best_rows(s.runs[::2], load_catalog())).text == (
+        "peak memory from: memory_analysis")
+    assert [best_row_json(r)["memory_source"] for r in rows
+            if r.run.trial_number == 1] == ["memory_stats"]
 
 
 def test_without_runs_the_notes_say_none_and_without_a_baseline_no_noise_floor():

@@ -8,6 +8,7 @@ rows on PostgreSQL.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import outcomes
 import pytest
@@ -17,7 +18,7 @@ from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from autotune.ground.records import Measurement, OutcomeKind, Role, TrialOutcome
+from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 from autotune.storage._optuna import rdb_storage
 from autotune.storage.store import HEAD_REVISION
@@ -179,6 +180,29 @@ def test_best_as_json_lists_the_baseline_then_the_ranked_programs(study_db):
     assert rows[1]["flags_changed"] == {"xla_cpu_enable_fast_math": True}
     assert rows[1]["search_speedup"] == pytest.approx(1 / 0.9)
     assert rows[1]["verdict"] is None and rows[1]["confirmed_speedup"] is None
+
+
+def test_best_marks_memory_figures_that_do_not_compare_with_the_baselines(url):
+    """A PAIRED baseline's program footprint beside a DIRECT run's allocator peak: the
+    second is marked `*` and the note says why (seen on an H200)."""
+    store = Store.open(url)
+    store.ensure_study("s", "gpu-runtime", "transformer", "small", 1, "paired")
+    ok = OutcomeKind.OK
+    store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(ok, "", replace(
+        paired(1.0, "base"), peak_memory_bytes=20 << 20, memory_source="memory_analysis")),
+        ratio=1.0)
+    direct = Measurement(step_times_s=(0.8e-3,) * 3, compile_time_s=0.5, fingerprint="env",
+                         mode=MeasureMode.DIRECT,
+                         peak_memory_bytes=150 << 20, memory_source="memory_stats")
+    store.record_run("s", 1, Role.SEARCH, {"NCCL_PROTO": "SIMPLE"}, {},
+                     TrialOutcome(ok, "", direct), ratio=0.8)
+    store.close()
+    result = runner.invoke(app, ["best", "s", "--storage", url], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "│ 20.0 MiB │" in result.output and "MiB*" in result.output  # 150.0 MiB, folded
+    text = " ".join(result.output.split())
+    assert ("* marks memory_stats (the device allocator's peak, in a process of its own), "
+            "not comparable with the baseline's memory_analysis") in text
 
 
 def test_an_unknown_format_is_refused(study_db):

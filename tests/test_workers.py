@@ -239,7 +239,7 @@ def test_study_with_two_local_workers_on_one_sqlite_file(tmp_path):
          "--confirm-repeats", "3", "--no-shrink", "--storage", url],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "confirming the best 1" in again.stdout
+    assert "confirming the best configuration:" in again.stdout
     after = Counter(t for r, t in _rows(url, "select role, trial_number from autotune_runs")
                     if r == "confirm")
     # the leader by the evidence now (the first rounds count toward it) has its 3 rounds;

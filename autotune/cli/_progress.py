@@ -35,9 +35,14 @@ STOP_GRACE_S = 30.0
 class _Lines(service.Watcher):
     """The phases after the search, one line per run."""
 
-    def confirming(self, top: int, repeats: int) -> None:
-        out.print(f"confirming the best {top} configurations: {repeats} fresh processes "
-                  "each, interleaved with the baseline")
+    def confirming(self, count: int, repeats: int) -> None:
+        what = "the best configuration" if count == 1 else f"the best {count} configurations"
+        out.print(f"confirming {what}: {repeats} fresh processes each, interleaved with the "
+                  "baseline")
+
+    def nothing_to_confirm(self) -> None:
+        out.print("nothing to confirm: the search measured no configuration beside XLA's "
+                  "defaults")
 
     def confirmed(self, event: ConfirmEvent) -> None:
         out.print(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "

@@ -95,12 +95,15 @@ def _print_rows(rows: list[Any], title: str | None) -> None:
                        ("peak memory", 8)):  # search speedup: pooled over n processes
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
+    base_source = next((row.memory_source for row in rows if row.rank is None), None)
     for row in rows:
         table.add_row(
             "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
             f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
             _search_figure(row),
-            fmt_bytes(row.peak_memory_bytes),
+            fmt_bytes(row.peak_memory_bytes)
+            + ("*" if row.peak_memory_bytes is not None and base_source is not None
+               and row.memory_source != base_source else ""),
             "" if row.rank is None else verdict_text(row.confirmation)
             + (" (recommended)" if row.recommended else ""),
         )

@@ -46,12 +46,37 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
                       "default vs default, the noise floor). Confirmed: re-measured in fresh "
                       "processes interleaved with the baseline; an interval that holds 1.0 is "
                       "no measurable gain."))
-    sources = sorted({r.outcome.measurement.memory_source for r in runs
-                      if r.outcome.measurement is not None})
-    notes.append(Note("memory_source", f"peak memory from: {', '.join(sources) or '-'}"))
+    notes.append(memory_note(runs, rows))
     notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
                           noise_note(rows), backend_note(record, runs)) if n is not None]
     return notes + fit_notes(record) + pgle_notes(runs)
+
+
+#: What each source of a peak-memory figure measures (`child.program.memory_figures`).
+MEMORY_SOURCES = {
+    "memory_stats": "the device allocator's peak, in a process of its own",
+    "memory_analysis": "the compiled program's footprint",
+}
+
+
+def memory_note(runs: Sequence[RunRecord], rows: Sequence[BestRow]) -> Note:
+    """Where the peak-memory figures come from (kind `memory_source`). Where rows differ
+    from the baseline's source (a DIRECT configuration in a PAIRED study: seen on an
+    H200, 148.5 MiB from the allocator beside the baseline's 19.3 MiB program), the
+    table marks them with `*` and this says the two do not compare."""
+    sources = sorted({r.outcome.measurement.memory_source for r in runs
+                      if r.outcome.measurement is not None})
+    text = f"peak memory from: {', '.join(sources) or '-'}"
+    base = next((row.memory_source for row in rows if row.rank is None), None)
+    marked = sorted({row.memory_source for row in rows if row.rank is not None
+                     and row.peak_memory_bytes is not None and base is not None
+                     and row.memory_source is not None and row.memory_source != base})
+    if marked and base is not None:
+        text += (f"; * marks {', '.join(marked)} ("
+                 + "; ".join(MEMORY_SOURCES.get(s, s) for s in marked)
+                 + f"), not comparable with the baseline's {base} "
+                 f"({MEMORY_SOURCES.get(base, base)})")
+    return Note("memory_source", text)
 
 
 def pgle_notes(runs: Sequence[RunRecord]) -> list[Note]:

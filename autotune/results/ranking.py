@@ -250,13 +250,20 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
                     "change nothing the compiler does for this workload; keep XLA's defaults")
         if compiled:
             return "no configuration within the memory budget ran: keep XLA's defaults"
+        if not any(r.role in RANKED_ROLES for r in runs):
+            return "no configuration beside XLA's defaults was measured: keep XLA's defaults"
         return "no configuration ran successfully: keep XLA's defaults"
     if not confirmed:
         return ("no configuration was confirmed (the search's figures are one process each, "
                 "and the best of many is usually lucky): keep XLA's defaults, or run the "
                 "study again with --confirm K")
-    run, c = confirmed[0]
-    assert c is not None
+    # The defaults' own program is a row once timed (DIRECT confirmation times it): the
+    # reason cites the best confirmed configuration that is another program.
+    others = [(run, c) for run, c in confirmed if c is not None and not c.same_program]
+    if not others:
+        return ("every confirmed configuration compiled to XLA's default program: keep "
+                "XLA's defaults")
+    run, c = others[0]
     return (f"no configuration was confirmed faster than XLA's defaults (the best confirmed, "
             f"trial {run.trial_number}: {verdict_text(c)} over {c.runs - c.failures} fresh "
             "processes): keep XLA's defaults")

@@ -71,6 +71,14 @@ class BestRow:
         return m.peak_memory_bytes if m else None
 
     @property
+    def memory_source(self) -> str | None:
+        """Where `peak_memory_bytes` comes from: `memory_stats` (the device allocator's
+        peak, a process of its own) or `memory_analysis` (the compiled program's
+        footprint); figures of different sources are not comparable."""
+        m = self.run.outcome.measurement
+        return m.memory_source if m else None
+
+    @property
     def same_program(self) -> bool | None:
         m = self.run.outcome.measurement
         return m.same_program_as_baseline if m else None
@@ -181,7 +189,9 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
     `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
     not confirmed), `recommended` (the one configuration autotune recommends over
-    XLA's defaults), `peak_memory_bytes` and `same_program` (as the baseline's);
+    XLA's defaults), `peak_memory_bytes` with its `memory_source` (`memory_stats`
+    or `memory_analysis`: not comparable with each other) and `same_program` (as
+    the baseline's);
     the row's program (`results.evidence`): `observations` (processes that timed
     it), `pooled_speedup` (all of them pooled) with `pooled_interval` (the
     bootstrap over them; None below two PAIRED processes) and `program_trials`
@@ -198,7 +208,8 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
         "confirmed_interval": list(estimate.speedup_interval) if estimate else None,
         "verdict": c.verdict() if c is not None else None,
         "recommended": row.recommended,
-        "peak_memory_bytes": row.peak_memory_bytes, "same_program": row.same_program,
+        "peak_memory_bytes": row.peak_memory_bytes, "memory_source": row.memory_source,
+        "same_program": row.same_program,
         "observations": row.program.n if row.program else None,
         "pooled_speedup": 1 / row.program.ratio if row.program else None,
         "pooled_interval": _pooled_interval(row.program),

@@ -27,10 +27,14 @@ from autotune.study.reap import wait_for_search
 
 
 def confirm(ctx: StudyContext, top: int, repeats: int,
-            on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0
-            ) -> list[RunRecord]:
+            on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,
+            on_start: Callable[[int], None] | None = None) -> list[RunRecord]:
     """Re-measure the `top` best configurations `repeats` times each, interleaved; then,
     up to `cap` processes each, sequentially (`sequential`).
+
+    `on_start` is told how many configurations are confirmed, once they are known and
+    only when there is at least one (a search that measured nothing beside XLA's
+    defaults has nothing to confirm).
 
     Waits first for other processes' search trials, so every process confirms
     the same leaders. Configurations over the memory budget are not
@@ -41,6 +45,8 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
     runs = ctx.runs()
     targets = [r for r in ranked(runs, ctx.plan.memory_budget_bytes)
                if needs_confirmation(r)][:top]
+    if targets and on_start:
+        on_start(len(targets))
     pending = _rounds(ctx, runs, targets, repeats)
     for done, (number, flags, round_) in enumerate(pending, start=1):
         raise_if_interrupted()

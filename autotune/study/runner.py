@@ -256,12 +256,12 @@ class StudyRunner:
         return self._fit
 
     def confirm(self, top: int, repeats: int,
-                on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0
-                ) -> list[RunRecord]:
+                on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,
+                on_start: Callable[[int], None] | None = None) -> list[RunRecord]:
         """The confirmation phase (`autotune.study.confirm`: `repeats` rounds, then
-        sequentially up to `cap` processes each); returns the configurations confirmed
-        (their search runs)."""
-        return confirm_phase.confirm(self.ctx, top, repeats, on_run, cap)
+        sequentially up to `cap` processes each; `on_start` is told how many are
+        confirmed); returns the configurations confirmed (their search runs)."""
+        return confirm_phase.confirm(self.ctx, top, repeats, on_run, cap, on_start)
 
     def shrink(self, repeats: int,
                on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:

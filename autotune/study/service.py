@@ -22,8 +22,11 @@ from autotune.study.samplers import Objective
 class Watcher:
     """Told what `finish` does, for progress displays; every method does nothing here."""
 
-    def confirming(self, top: int, repeats: int) -> None:
-        """Confirmation starts: the best `top`, `repeats` processes each."""
+    def confirming(self, count: int, repeats: int) -> None:
+        """Confirmation starts: the best `count` configurations, `repeats` processes each."""
+
+    def nothing_to_confirm(self) -> None:
+        """The search measured no configuration beside XLA's defaults: nothing to confirm."""
 
     def confirmed(self, event: ConfirmEvent) -> None:
         """One confirmation run is stored."""
@@ -56,9 +59,10 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
     watch = watcher or Watcher()
     if not after.confirm or runner.plan.objectives == (Objective.MEMORY,):
         return
-    watch.confirming(after.confirm, after.confirm_repeats)
-    runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed,
-                   cap=after.confirm_max)
+    if not runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed,
+                          cap=after.confirm_max,
+                          on_start=lambda count: watch.confirming(count, after.confirm_repeats)):
+        watch.nothing_to_confirm()
     if after.shrink:
         watch.shrunk(runner.shrink(after.confirm_repeats, on_run=watch.shrinking))
     if not after.pgle:
