@@ -107,3 +107,36 @@ def test_record_table_records_a_corpus_workload_compressed(tmp_path):
     assert all(len(runs) == 2 and runs[0]["status"] == "ok" for runs in table.runs.values())
     assert table.distinct_programs() == 2
     assert table.workload(ROOT).path == ROOT / "benchmarks/corpus/gated-mlp.py"
+    pinned = subprocess.run(  # both programs (the defaults' and the best) two more processes
+        [sys.executable, "benchmarks/scripts/record_table.py", "--pin", str(out), "--top", "1",
+         "--repeats", "2"], cwd=ROOT, env=cpu_child_env(1), capture_output=True, text=True,
+        timeout=600)
+    assert pinned.returncode == 0, pinned.stderr[-3000:]
+    again = ReplayTable.load(out)
+    assert all(len(runs) == 4 and runs[3]["status"] == "ok" for runs in again.runs.values())
+    [record] = again.meta["pinned"]
+    assert record["repeats"] == 2 and sorted(record["configurations"]) == sorted(again.runs)
+    assert record["by"].startswith("python benchmarks/scripts/record_table.py --pin")
+
+
+def _table_of(tmp_path: Path, ratios: dict[str, tuple[str, float]]) -> Path:
+    """A table file of configurations {key: (program, ratio)}, three repeats each."""
+    def runs(ratio: float) -> list[dict]:
+        return [{"status": "ok", "message": "", "step_times_s": [ratio] * 3,
+                 "baseline_step_times_s": [1.0] * 3}] * 3
+    entries = [{"flags": {LEVEL: int(key)} if key else {}, "runs": runs(r), "program": p}
+               for key, (p, r) in ratios.items()]
+    doc = {**_doc(), "entries": entries, "distinct": len(entries)}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_pinning_picks_the_defaults_and_the_best_programs_one_configuration_each(tmp_path):
+    from bench_scripts import script
+
+    record = script("record_table")
+    table = _table_of(tmp_path, {"": ("d", 1.0), "0": ("a", 0.97), "1": ("a", 0.97),
+                                 "2": ("b", 0.99), "3": ("d", 1.0)})
+    assert record.pinned_configs(table, 1) == [{}, {LEVEL: 0}]
+    assert record.pinned_configs(table, 5) == [{}, {LEVEL: 0}, {LEVEL: 2}]

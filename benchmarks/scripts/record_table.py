@@ -27,6 +27,15 @@ separate processes, so the spread across them is the per-process noise a
 study meets. A repeat writes one JSON line per configuration as it goes and is
 resumed if interrupted.
 
+A table's leading programs can be pinned with more processes, so its optimum
+is a program's median over many processes, not the luckiest of three
+(`--pin`): the defaults' program and the `--top` best programs by the table's
+truth, one configuration each, measured in `--repeats` more fresh processes
+the same way; the runs join their entries and `pinned` in the table says so:
+
+    python benchmarks/scripts/record_table.py --pin benchmarks/tables/attention-small.json.gz \
+        --top 8 --repeats 8
+
 A table recorded before fingerprints were kept gets them without measuring
 again (one process compiles every configuration):
 
@@ -219,6 +228,64 @@ def add_programs(table: Path) -> None:
           f"{len(set(found.values()))} distinct programs")
 
 
+def pinned_configs(table: Path, top: int) -> list[dict[str, Any]]:
+    """One configuration of the defaults' program and of each of the `top` programs with
+    the lowest true ratio (`ReplayTable.true_ratio`), the defaults first; the
+    configuration chosen for a program is its first by key (`ReplayTable.members`)."""
+    from autotune.launch.replay import ReplayTable
+
+    replay = ReplayTable.load(table)
+    ratios = replay.ratios()
+    keys = [""] if "" in replay.flags else []
+    seen = {replay.programs.get("", "")}
+    for key in sorted(ratios, key=lambda k: (ratios[k], k)):
+        program = replay.programs.get(key, key)
+        if program in seen:
+            continue
+        seen.add(program)
+        keys.append(key)
+        if len(keys) > top:
+            break
+    return [dict(replay.flags[k]) for k in keys]
+
+
+def pin(args: argparse.Namespace) -> None:
+    """Measure the table's leading programs in `args.repeats` more processes; append the
+    runs to their entries (resumable: the parts are kept beside the table until done)."""
+    from autotune.flags.compose import config_key
+
+    table: Path = args.pin
+    doc = _read(table)
+    args.benchmark, args.preset, args.devices = doc["benchmark"], doc["preset"], doc["devices"]
+    args.script, args.steps = doc.get("script"), doc["steps"]
+    work = table.with_name(table.name.split(".")[0] + ".pin.parts")
+    work.mkdir(exist_ok=True)
+    configs_file = work / "configs.json"
+    if not configs_file.exists():
+        configs_file.write_text(json.dumps(pinned_configs(table, args.top)))
+    configs = json.loads(configs_file.read_text())
+    print(f"{table}: pinning {len(configs)} programs with {args.repeats} processes", flush=True)
+    parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
+    for r, part in enumerate(parts):
+        run_child(args, configs_file, part, seed=1000 + r)
+    entries = {config_key(e["flags"]): e for e in doc["entries"]}
+    for part in parts:
+        for line in part.read_text().splitlines():
+            row = json.loads(line)
+            key = row.pop("key")
+            program = row.pop("program", None)
+            entry = entries[key]
+            if entry.get("program") not in (None, program):
+                row["program"] = program  # compiled otherwise this time: kept, and visible
+            entry["runs"].append(row)
+    doc.setdefault("pinned", []).append({
+        "configurations": [config_key(c) for c in configs], "repeats": args.repeats,
+        "by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
+        "date": dt.date.today().isoformat()})
+    _write(table, json.dumps(doc) + "\n")
+    print(f"{table}: {len(configs)} programs pinned with {args.repeats} more processes each")
+
+
 def _read(table: Path) -> dict[str, Any]:
     """A table document, gzip-compressed where its name ends in `.gz`."""
     raw = table.read_bytes()
@@ -252,6 +319,10 @@ def main() -> None:
     parser.add_argument("--add-programs", type=Path, metavar="TABLE",
                         help="fingerprint the programs of a table recorded without them")
     parser.add_argument("--programs-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--pin", type=Path, metavar="TABLE",
+                        help="measure the defaults' and the --top best programs of TABLE in "
+                             "--repeats more processes")
+    parser.add_argument("--top", type=int, default=8)
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -261,6 +332,9 @@ def main() -> None:
         return
     if args.add_programs:
         add_programs(args.add_programs)
+        return
+    if args.pin:
+        pin(args)
         return
     if args.script:
         args.script = os.path.relpath(Path(args.script).resolve(), ROOT)
