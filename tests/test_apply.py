@@ -153,6 +153,11 @@ def _write(folder: Path, text: str) -> Path:
     return path
 
 
+#: 417 bytes that stand for 9**9 values once the aliases are expanded ("billion laughs").
+BOMB = "a: &a [" + ",".join(["x"] * 9) + "]\n" + "".join(
+    f"{n}: &{n} [" + ",".join([f"*{p}"] * 9) + "]\n"
+    for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+
 BAD_INPUTS = {
     "missing file": (lambda d: d / "nope.yaml", ["nope.yaml: no such file"]),
     "folder": (lambda d: d, ["is a folder, not an export file"]),
@@ -172,6 +177,9 @@ BAD_INPUTS = {
     "unknown flag": (lambda d: export_fixture(d, {"xla_cpu_enable_fast_maths": True}),
                      ["flags.xla_cpu_enable_fast_maths: autotune's flag catalog does not know "
                       "this flag (did you mean xla_cpu_enable_fast_math?)"]),
+    "alias bomb": (lambda d: _write(d, BOMB),
+                   ["neither YAML nor JSON (the YAML stands for more than 100000 values once "
+                    "its aliases (*name) are expanded"]),
     "bad value": (lambda d: export_fixture(d, {FAST_MATH: "maybe"}),
                   [f"flags.{FAST_MATH}: {FAST_MATH} expects true or false, got 'maybe'"]),
 }

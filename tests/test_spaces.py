@@ -303,6 +303,25 @@ def test_validation_error_names_file_line_and_key_path(tmp_path, text, line, pat
     assert info.value.exit_code == 2
 
 
+def test_a_space_whose_aliases_expand_past_the_bound_is_refused_at_once(tmp_path):
+    """A 417-byte alias bomb kept `spaces validate` busy past 90 s (issue 31)."""
+    from test_apply import BOMB
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text("schema_version: 1\nname: bomb\nbackend: cpu\n" + BOMB
+                    + "params:\n  xla_cpu_enable_fast_math:\n    type: bool\n")
+    done = subprocess.run([sys.executable, "-m", "autotune", "spaces", "validate", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: {path}: (yaml): the YAML stands for more than 100000 values "
+                           "once its aliases (*name) are expanded: write the values out instead "
+                           "of repeating anchors.\n")
+    recursive = tmp_path / "self.yaml"
+    recursive.write_text("schema_version: 1\nname: self\nbackend: cpu\nloop: &l [*l]\n")
+    with pytest.raises(SpaceValidationError, match="more than 100000 values"):
+        load_space(str(recursive))
+
+
 def test_every_validation_error_carries_a_hint(tmp_path):
     file = write_space(tmp_path, HEADER + f"params:\n  {AR}:\n    type: int\n    low: 8\n"
                        "    high: 2\n")

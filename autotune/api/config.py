@@ -32,6 +32,7 @@ from autotune.flags.compose import (
 )
 from autotune.ground.errors import BackendStartedError, ConfigFileError, UsageError
 from autotune.ground.records import FlagValue
+from autotune.ground.yaml_bound import bounded_load
 from autotune.results.export import EXPORT_SCHEMA_VERSION
 
 __all__ = ["Config", "Conflict", "MeasuredOn", "jax_backend_started", "load_config"]
@@ -274,7 +275,7 @@ def _read(file: Path) -> str:
 def _parse(file: Path, text: str) -> object:
     """YAML or JSON (JSON is read as YAML, of which it is a subset)."""
     try:
-        return yaml.safe_load(text)
+        return bounded_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{file}:{mark.line + 1}" if mark is not None else str(file)

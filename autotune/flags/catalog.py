@@ -32,6 +32,7 @@ from autotune.flags._schema import (
     Obsolete,
 )
 from autotune.ground.errors import AutotuneError, UsageError
+from autotune.ground.yaml_bound import YamlTooLargeError, bounded_load
 
 __all__ = [
     "CATALOG_SCHEMA_VERSION",
@@ -165,11 +166,14 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _load_yaml(text: str) -> Any:
-    """The YAML document of `text`; a malformed one raises PyYAML's own error and words."""
+    """The YAML document of `text`; a malformed one raises PyYAML's own error and words, one
+    whose aliases expand too far `ground.yaml_bound.YamlTooLargeError`."""
     try:
-        return yaml.load(text, Loader=_SAFE_LOADER)  # safe: a SafeLoader either way
+        return bounded_load(text, _SAFE_LOADER)  # safe: a SafeLoader either way
+    except YamlTooLargeError:
+        raise
     except yaml.YAMLError:
-        return yaml.safe_load(text)  # raises again, worded as it always was
+        return bounded_load(text)  # raises again, worded as it always was
 
 
 class _CatalogFile(BaseModel):

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from autotune.ground.yaml_bound import bounded_load
+
 PathElement = str | int | Any
 KeyPath = tuple[PathElement, ...]
 
@@ -87,10 +89,11 @@ def load_with_lines(text: str) -> Any:
 
     Raises:
         YamlSyntaxError: the text is not valid YAML (or uses a tag or value that
-            the safe loader refuses); carries the line when YAML reports one.
+            the safe loader refuses, or its aliases expand it past
+            `ground.yaml_bound.MAX_VALUES`); carries the line when YAML reports one.
     """
     try:
-        return yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader is a SafeLoader
+        return bounded_load(text, _LineLoader)  # safe: _LineLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None

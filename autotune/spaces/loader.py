@@ -107,7 +107,9 @@ def load_space_text(text: str, source: str = "<string>", catalog: Catalog | None
     try:
         data = load_with_lines(text)
     except YamlSyntaxError as exc:
-        raise SpaceValidationError(f"{source}:{exc.line or 1}: (yaml): {exc.message}. Fix the "
+        if exc.line is None:  # nothing to point at: the whole document (e.g. its aliases)
+            raise SpaceValidationError(f"{source}: (yaml): {exc.message}.") from exc
+        raise SpaceValidationError(f"{source}:{exc.line}: (yaml): {exc.message}. Fix the "
                                    "YAML syntax at that line.") from exc
     model = _validate_shape(data, source)
     _raise_first(source, data, check_params(model, catalog) + check_fixed(model, catalog))
