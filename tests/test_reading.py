@@ -14,10 +14,11 @@ import outcomes
 import pytest
 import yaml
 from sql_rows import snapshot
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.ground.errors import StorageError
 from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
 from autotune.storage import Store
 from autotune.storage._optuna import rdb_storage
@@ -143,6 +144,41 @@ def test_db_current_on_a_foreign_database_says_none(url):
     assert json.loads(shown.output) == {"current": None, "head": HEAD_REVISION,
                                         "up_to_date": False}
     assert snapshot(url) == before
+
+
+def test_db_upgrade_refuses_a_foreign_database_unless_forced(url):
+    """`db upgrade` on a file of someone else's added six autotune tables without asking
+    (issue 31); so did the first `study` there."""
+    execute(url, "CREATE TABLE notes (body TEXT)", "INSERT INTO notes VALUES ('mine')")
+    before = snapshot(url)
+    for args in (["db", "upgrade"], ["best", "s"]):
+        refused = invoke(*args, url=url)
+        assert refused.exit_code == 2, refused.output
+        assert snapshot(url) == before
+    said = " ".join(invoke("db", "upgrade", url=url).output.split())
+    assert "holds tables that are not autotune's (notes): autotune leaves it as it is; point " \
+           "--storage at a database of its own, or run `autotune db upgrade --force`" in said
+    with pytest.raises(StorageError, match="not autotune's"):  # a study's way in: the same
+        Store.open(url)
+    assert snapshot(url) == before
+    forced = invoke("db", "upgrade", "--force", url=url)
+    assert forced.exit_code == 0, forced.output
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            assert "autotune_studies" in inspect(connection).get_table_names()
+            assert list(connection.execute(text("SELECT body FROM notes"))) == [("mine",)]
+    finally:
+        engine.dispose()
+    Store.open(url).close()  # at head now: opens without asking again
+
+
+def test_optunas_tables_are_not_foreign():
+    from optuna.storages._rdb import models
+
+    from autotune.storage.engine import OPTUNA_TABLES
+
+    assert set(models.BaseModel.metadata.tables) | {"alembic_version"} == OPTUNA_TABLES
 
 
 def test_trials_as_json_has_one_object_per_run_with_stable_keys(study_db):

@@ -33,8 +33,10 @@ def require_database(url: str) -> None:
             f"no database at {file}: run `autotune study ...` first, or pass --storage URL")
 
 
-def open_store(url: str, must_exist: bool, write: bool = False) -> Store:
-    """Open the store. Reading never writes: only `write=True` creates or migrates tables.
+def open_store(url: str, must_exist: bool, write: bool = False,
+               foreign_ok: bool = False) -> Store:
+    """Open the store. Reading never writes: only `write=True` creates or migrates tables,
+    and in a database holding tables of others only with `foreign_ok` too.
 
     For readers (`must_exist`) a missing SQLite file is an error, and a
     database that is not autotune's or not at the code's schema revision is
@@ -44,4 +46,4 @@ def open_store(url: str, must_exist: bool, write: bool = False) -> Store:
 
     if must_exist:
         require_database(url)
-    return Store.open(url, upgrade=write)
+    return Store.open(url, upgrade=write, foreign_ok=foreign_ok)

@@ -263,9 +263,12 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
     out.print(table)
 
 
-def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE) -> None:
+def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE,
+               force: Annotated[bool, typer.Option(
+                   "--force", help="Add autotune's tables to a database that holds other "
+                   "tables too (refused without it).")] = False) -> None:
     """Create or migrate autotune's tables to the newest schema."""
-    store = open_store(storage, must_exist=False, write=True)
+    store = open_store(storage, must_exist=False, write=True, foreign_ok=force)
     out.print(f"database at revision {store.current_revision()}")
 
 

@@ -182,11 +182,13 @@ def _alembic_config(connection: Connection) -> Config:
     return config
 
 
-def _migrate(engine: Engine, shown: str, upgrade: bool) -> None:
+def _migrate(engine: Engine, shown: str, upgrade: bool, foreign_ok: bool = False) -> None:
     with engine.begin() as connection:
         current = _current_revision(connection)
         if current == HEAD_REVISION:
             return
+        if upgrade and current is None and not foreign_ok:
+            _refuse_foreign(connection, shown)
         if not upgrade:
             if current is None and not _has_autotune_tables(connection):
                 raise StorageError(
@@ -231,6 +233,30 @@ def _known_revision(connection: Connection, revision: str) -> bool:
         return False
 
 
+#: Optuna's own tables (its RDB storage, in the same database as autotune's); a test checks
+#: them against the installed Optuna's models.
+OPTUNA_TABLES = frozenset({
+    "alembic_version", "studies", "study_directions", "study_system_attributes",
+    "study_user_attributes", "trial_heartbeats", "trial_intermediate_values", "trial_params",
+    "trial_system_attributes", "trial_user_attributes", "trial_values", "trials",
+    "version_info"})
+
+
+def _refuse_foreign(connection: Connection, shown: str) -> None:
+    """Refuse to add autotune's tables to a database that holds someone else's: tables that
+    are neither autotune's (`autotune_*`) nor Optuna's (`OPTUNA_TABLES`)."""
+    foreign = sorted(name for name in inspect(connection).get_table_names()
+                     if not name.startswith("autotune_") and name not in OPTUNA_TABLES)
+    if foreign:
+        shown_names = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                                if len(foreign) > 5 else "")
+        raise StorageError(
+            f"the database {shown} holds tables that are not autotune's ({shown_names}): "
+            "autotune leaves it as it is; point --storage at a database of its own, or run "
+            "`autotune db upgrade --force` with the same --storage to add autotune's tables "
+            "beside them")
+
+
 def _has_autotune_tables(connection: Connection) -> bool:
     """Whether any of autotune's own tables (or its version table) exists."""
     return any(name.startswith("autotune_") for name in inspect(connection).get_table_names())
@@ -248,8 +274,9 @@ def _revision_or_none(engine: Engine) -> str | None:
 SCHEMA_ATTEMPTS = 12
 
 
-def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
-    """Check (and with `upgrade`, create or migrate) autotune's tables.
+def _open_schema(engine: Engine, shown: str, upgrade: bool, foreign_ok: bool = False) -> None:
+    """Check (and with `upgrade`, create or migrate) autotune's tables; creating them in a
+    database that holds other tables than autotune's and Optuna's only with `foreign_ok`.
 
     Two processes that open a brand-new database at once both try to create
     it; the one that loses the race waits for the other's tables (a short
@@ -257,7 +284,7 @@ def _open_schema(engine: Engine, shown: str, upgrade: bool) -> None:
     """
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
-            _migrate(engine, shown, upgrade)
+            _migrate(engine, shown, upgrade, foreign_ok)
             return
         except exc.DBAPIError as error:
             if not upgrade or attempt == SCHEMA_ATTEMPTS - 1:

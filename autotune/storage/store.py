@@ -69,7 +69,7 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
 
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True) -> Store:
+    def open(cls, url: str, *, upgrade: bool = True, foreign_ok: bool = False) -> Store:
         """Connect to the database at `url` and bring autotune's tables to head.
 
         Args:
@@ -81,6 +81,9 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
                 written and a database not at head raises instead: "not an
                 autotune database" without autotune's tables, else "run
                 `autotune db upgrade`".
+            foreign_ok: with `upgrade`, create autotune's tables even in a
+                database that holds other tables than autotune's and Optuna's
+                (`autotune db upgrade --force`); without it that is refused.
 
         Raises:
             StorageError: see the class docstring; the message names the URL
@@ -91,7 +94,7 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
         _check_sqlite_folder(parsed, shown)
         engine = _create_engine(parsed, shown)
         try:
-            _open_schema(engine, shown, upgrade)
+            _open_schema(engine, shown, upgrade, foreign_ok)
             if upgrade:
                 _write_ahead(engine)
         except BaseException:
