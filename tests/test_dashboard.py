@@ -135,6 +135,61 @@ def test_outside_text_is_escaped_everywhere(client: TestClient):
         assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in html, path
 
 
+def test_a_study_pages_poll_url_is_its_name_encoded(client: TestClient):
+    """A name with `?`, `#` or `/` polled the wrong URL (`/api/study/a` for `a?b`)."""
+    from urllib.parse import quote
+
+    seg = quote(EVIL, safe="")
+    for path in (f"/study/{seg}", f"/study/{seg}/trial/2"):
+        poll = re.search(r'data-poll="([^"]*)"', client.get(path).text)
+        assert poll is not None and poll.group(1) == f"/api/study/{seg}/version", path
+        assert client.get(poll.group(1)).json().keys() == {"version"}
+
+
+def test_every_response_carries_the_security_headers(client: TestClient):
+    from autotune.dashboard.app import SECURITY_HEADERS
+
+    for path in ("/", "/study/s", "/api/study/s", "/static/dashboard.js",
+                 "/static/plotly.min.js", "/study/nope", "/study/s/export.yaml"):
+        headers = client.get(path).headers
+        for name, value in SECURITY_HEADERS:
+            assert headers[name.decode()] == value.decode(), (path, name)
+    policy = dict(SECURITY_HEADERS)[b"content-security-policy"].decode()
+    assert "http" not in policy and "*" not in policy  # this server's own origin alone
+    assert "script-src 'self';" in policy  # no inline script, no eval
+
+
+def test_pages_hold_no_inline_script_and_charts_no_cloud_link():
+    """The policy forbids inline scripts: the templates have no handler attribute and no
+    script element with code (the offline report inlines its own, and is never served)."""
+    templates = Path(__file__).resolve().parents[1] / "autotune/dashboard/templates"
+    for page in templates.glob("*.html"):
+        text = page.read_text()
+        assert not re.search(r"\son[a-z]+=", text), page.name
+        served = text.split("{% if offline %}")[0] if "base.html" in page.name else text
+        assert not re.search(r"<script>(?!{{)", served), page.name
+    js = (templates.parent / "static/dashboard.js").read_text()
+    for option in ("showLink: false", "showSendToCloud: false", "showEditInChartStudio: false",
+                   "displaylogo: false"):
+        assert option in js
+
+
+def test_a_host_other_than_the_served_ones_is_refused(db: str):
+    from autotune.cli.dashboard import served_hosts
+
+    hosts = served_hosts("127.0.0.1", ["tune.example.org"])
+    assert hosts == ["127.0.0.1", "localhost", "::1", "tune.example.org", "[::1]"]
+    assert served_hosts("10.1.2.3", []) == ["10.1.2.3"]
+    assert {"127.0.0.1", "localhost"} <= set(served_hosts("0.0.0.0", []))
+    app = create_app(Store.open(db, upgrade=False), refresh_s=0, allowed_hosts=hosts)
+    with TestClient(app, base_url="http://attacker.example:8080") as c:
+        assert c.get("/api/studies").status_code == 400  # DNS rebinding: refused
+    for base in ("http://127.0.0.1:8080", "http://localhost:8080", "http://[::1]:8080",
+                 "http://tune.example.org"):
+        with TestClient(app, base_url=base) as c:
+            assert c.get("/api/studies").status_code == 200, base
+
+
 def test_a_missing_study_or_trial_is_a_404_page_with_a_link_back(client: TestClient):
     for path, words in (("/study/nope", "no study called &#39;nope&#39;"),
                         ("/study/s/trial/42", "study &#39;s&#39; has no trial 42"),

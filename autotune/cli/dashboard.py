@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 from pathlib import Path
@@ -42,6 +43,28 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+#: The names of this machine's loopback interface: a dashboard on one of them answers to all.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def served_hosts(host: str, extra: list[str]) -> list[str]:
+    """The host names a dashboard listening on `host` answers to: that address (every
+    loopback name for a loopback address; this machine's names and addresses for a
+    wildcard one, 0.0.0.0 or ::), and each of `extra` (`--allow-host`, for a proxy or a
+    DNS name of the machine)."""
+    if host in LOOPBACK:
+        names = list(LOOPBACK)
+    elif host in ("0.0.0.0", "::", ""):
+        names = [*LOOPBACK, socket.gethostname(), socket.getfqdn()]
+        with contextlib.suppress(OSError):
+            names += [str(i[4][0]) for i in socket.getaddrinfo(socket.gethostname(), None)]
+    else:
+        names = [host]
+    names = [n.lower() for n in [*names, *extra] if n]
+    # A Host header writes an IPv6 address in brackets ("[::1]:8080"), and so is compared.
+    return list(dict.fromkeys([*names, *(f"[{n}]" for n in names if ":" in n)]))
+
+
 def dashboard(
     storage: StorageOpt = DEFAULT_STORAGE,
     port: Annotated[int, typer.Option(min=0, max=65535,
@@ -52,6 +75,9 @@ def dashboard(
     refresh: Annotated[float, typer.Option(
         min=0, help="Seconds between checks for new results (pages reload when their "
                     "study changed; 0: never).")] = 5.0,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="Also answer requests for this host name (repeatable): the "
+        "name a proxy or a DNS entry gives the dashboard. Others are refused.")] = None,
 ) -> None:
     """Serve a read-only web dashboard of the studies in the database.
 
@@ -70,8 +96,9 @@ def dashboard(
     shown = f"[{host}]" if ":" in host else host
     out.print(f"autotune dashboard at http://{literal(shown)}:{bound}/ (Ctrl-C stops it)",
               highlight=False, soft_wrap=True)
-    config = uvicorn.Config(create_app(store, refresh_s=refresh, warm=True), log_level="warning",
-                            lifespan="off")
+    app = create_app(store, refresh_s=refresh, warm=True,
+                     allowed_hosts=served_hosts(host, allow_host or []))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shut down cleanly, then passed the signal on

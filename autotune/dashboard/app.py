@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,39 @@ if TYPE_CHECKING:
 
 #: Seconds between two checks of a page for new results (the page reloads when they changed).
 DEFAULT_REFRESH_S = 5.0
+
+#: Headers on every response: no sniffing, no referrer, never framed, and a content security
+#: policy that allows this server alone (Plotly sets inline styles; no script is inline).
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+     b"img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+     b"form-action 'self'; frame-ancestors 'none'"),
+)
+
+
+class SecurityHeaders:
+    """ASGI middleware: `SECURITY_HEADERS` added to every HTTP response."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
 
 #: The media type of each export form, as `autotune export --format F` writes it.
 EXPORT_MEDIA = {"yaml": "application/yaml", "json": "application/json",
@@ -188,7 +222,13 @@ def study_page(request: Request) -> Response:
     _study_or_404(reader, name)
     return HTMLResponse(page_html("study.html", page=reader.study(name),
                                   refresh_s=_refresh(request),
-                                  poll=request.url_for("api_study_version", name=name).path))
+                                  poll=_version_path(request, name)))
+
+
+def _version_path(request: Request, name: str) -> str:
+    """The path of a study's version (what its pages poll), the name one encoded segment:
+    a study called `a?b` polls `/api/study/a%3Fb/version`, not `/api/study/a`."""
+    return request.app.url_path_for("api_study_version", name=quote(name, safe=""))
 
 
 def _trial(request: Request) -> dict[str, Any]:
@@ -207,8 +247,7 @@ def _trial(request: Request) -> dict[str, Any]:
 def trial_page(request: Request) -> Response:
     return HTMLResponse(page_html("trial.html", page=_trial(request),
                                   refresh_s=_refresh(request),
-                                  poll=request.url_for("api_study_version",
-                                                       name=_name(request)).path))
+                                  poll=_version_path(request, _name(request))))
 
 
 def compare_trials_page(request: Request) -> Response:
@@ -346,12 +385,22 @@ def routes() -> list[Route | Mount]:
 
 
 def create_app(store: Store, refresh_s: float = DEFAULT_REFRESH_S,
-               warm: bool = False) -> Starlette:
+               warm: bool = False, allowed_hosts: Sequence[str] | None = None) -> Starlette:
     """The dashboard over an open, read-only `store`; pages poll every `refresh_s` seconds
     (0: never). `warm` computes every study's page in a background thread from the
-    start, so the first visit does not wait for it."""
+    start, so the first visit does not wait for it. With `allowed_hosts`, a request
+    whose Host header names another host is refused (400: a page of another site
+    that resolves its name to this address, DNS rebinding, reads nothing). Every
+    response carries `SECURITY_HEADERS`."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     reader = Reader(store)
-    app = Starlette(routes=routes(), exception_handlers={
+    middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts),
+                                     www_redirect=False))
+    app = Starlette(routes=routes(), middleware=middleware, exception_handlers={
         HTTPException: not_found, AutotuneError: failed})
     app.state.reader = reader
     app.state.refresh_s = refresh_s

@@ -13,7 +13,8 @@
     var base = {margin: {l: 60, r: 20, t: 10, b: 50}, showlegend: true,
                 legend: {orientation: "h", y: -0.25}};
     Plotly.newPlot(el, traces, Object.assign(base, layout),
-                   {displaylogo: false, responsive: true, staticPlot: false});
+                   {displaylogo: false, responsive: true, staticPlot: false, showLink: false,
+                    showSendToCloud: false, showEditInChartStudio: false});
   }
 
   function progressChart(points) {
@@ -142,6 +143,9 @@
 
   function compareForms() {
     var trials = document.getElementById("trial-compare");
+    if (trials && trials.form) trials.form.addEventListener("submit", function (e) {
+      e.preventDefault();  // Enter in the form: stay (the button below navigates)
+    });
     if (trials) trials.addEventListener("click", function () {
       location.href = trials.dataset.base + "/compare/" + document.getElementById("trial-a").value +
         "/" + document.getElementById("trial-b").value;
