@@ -55,6 +55,11 @@ def paired(ratio: float, fingerprint: str, same: int | None = None) -> Measureme
 @pytest.fixture
 def study_db(url: str) -> str:
     """An autotune database with one study: a baseline, a search run, one not timed."""
+    return make_study_db(url)
+
+
+def make_study_db(url: str) -> str:
+    """`study_db` at `url`."""
     store = Store.open(url)
     store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
     ok = OutcomeKind.OK
@@ -171,6 +176,53 @@ def test_db_upgrade_refuses_a_foreign_database_unless_forced(url):
     finally:
         engine.dispose()
     Store.open(url).close()  # at head now: opens without asking again
+
+
+def _read_only_mount_works() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind /tmp /tmp && "
+                            "mount -o remount,ro,bind /tmp /tmp"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _read_only_mount_works(),
+                    reason="needs `unshare -m` and mount (root in a mount namespace) to make a "
+                           "read-only folder that root cannot write")
+def test_reading_works_in_a_folder_this_process_cannot_write(study_db_sqlite_folder):
+    """best and trials exited 2 with "attempt to write a readonly database" on a WAL
+    database in a read-only folder (issue 31): reading never needs to write."""
+    import shlex
+    import subprocess
+    import sys
+
+    folder, url = study_db_sqlite_folder
+    commands = [["best", "s"], ["trials", "s", "--format", "json"], ["studies"],
+                ["db", "current"], ["importance", "s"], ["export", "s", "-o", "-"]]
+    script = " && ".join(
+        [f"mount --bind {folder} {folder}", f"mount -o remount,ro,bind {folder} {folder}",
+         f"! touch {folder}/probe"]
+        + [shlex.join([sys.executable, "-m", "autotune", *c, "--storage", url])
+           for c in commands])
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "readonly" not in done.stderr and "unable to open" not in done.stderr
+    assert '"run": 1' in done.stdout  # the trials JSON was read
+
+
+@pytest.fixture
+def study_db_sqlite_folder(tmp_path):
+    """A study (`study_db`'s three runs) in a SQLite file in write-ahead-log mode, alone in
+    its folder: (folder, url)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'autotune.db'}"
+    make_study_db(url)
+    return folder, url
 
 
 def test_optunas_tables_are_not_foreign():

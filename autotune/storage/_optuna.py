@@ -45,6 +45,10 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.pool import NullPool
 
+    from autotune.storage.engine import reading_url
+
+    if not create:  # a reader: a SQLite file in a folder it cannot write is opened read-only
+        url = reading_url(make_url(url)).render_as_string(hide_password=False)
     extra: dict[str, Any] = {}
     if sqlite_file(make_url(url)):  # wait for another worker's commit, as autotune's store
         # does, and keep no idle connection (`sqlite_file`)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import json
+import os
 import random
 import re
 import time
@@ -95,6 +96,30 @@ def _check_sqlite_folder(url: URL, shown: str) -> None:
             f"cannot open {shown}: the folder {folder} does not exist; "
             "create it first or point the sqlite:/// path at an existing folder"
         )
+
+
+def reading_url(url: URL) -> URL:
+    """The URL a reader opens: `url` itself, except a SQLite file in a folder this process
+    cannot write (a read-only mount, another user's folder), opened read-only instead.
+
+    SQLite in write-ahead-log mode makes a `-shm` file beside the database even to
+    read, which such a folder refuses ("unable to open database file"). Opened
+    `mode=ro&immutable=1`, it reads the file alone; where a non-empty `-wal` file
+    holds commits not yet folded into it, `immutable` would hide them, so only
+    `mode=ro` (SQLite then needs the `-shm` there already).
+    """
+    database = url.database
+    if (not sqlite_file(url) or database is None or database.startswith("file:")
+            or url.query.get("uri")):
+        return url
+    path = Path(database).absolute()
+    if not path.is_file() or os.access(path.parent, os.W_OK):
+        return url
+    wal = path.with_name(path.name + "-wal")
+    query = {"mode": "ro", "uri": "true"}
+    if not (wal.exists() and wal.stat().st_size > 0):
+        query["immutable"] = "1"
+    return url.set(database=f"file:{path}", query={**url.query, **query})
 
 
 def _connect_args(url: URL) -> dict[str, Any]:
@@ -306,7 +331,7 @@ def revision_of(url: str) -> str | None:
     parsed = _parse_url(url)
     shown = parsed.render_as_string(hide_password=True)
     _check_sqlite_folder(parsed, shown)
-    engine = _create_engine(parsed, shown)
+    engine = _create_engine(reading_url(parsed), shown)
     try:
         with engine.connect() as connection:
             return _current_revision(connection)

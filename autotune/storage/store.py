@@ -33,6 +33,7 @@ from autotune.storage.engine import (
     _open_schema,
     _parse_url,
     _write_ahead,
+    reading_url,
     revision_of,
 )
 from autotune.storage.models import (
@@ -92,7 +93,7 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
         parsed = _parse_url(url)
         shown = parsed.render_as_string(hide_password=True)
         _check_sqlite_folder(parsed, shown)
-        engine = _create_engine(parsed, shown)
+        engine = _create_engine(parsed if upgrade else reading_url(parsed), shown)
         try:
             _open_schema(engine, shown, upgrade, foreign_ok)
             if upgrade:
