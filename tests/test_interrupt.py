@@ -116,6 +116,26 @@ def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_
     assert not scratch.exists()
 
 
+DAEMON = ("import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], "
+          "start_new_session=True); open(sys.argv[1], 'w').write(str(p.pid)); "
+          "time.sleep(float(sys.argv[2]))")
+
+
+@pytest.mark.parametrize("child_s", [300, 0.5], ids=["timeout", "child-ended"])
+def test_a_grandchild_that_left_the_session_dies_with_the_trial(tmp_path, child_s):
+    """A trial's grandchild started with setsid survived the timeout kill (issue 31); one the
+    child leaves behind when it ends must not outlive the trial either."""
+    pid_file = tmp_path / "daemon.pid"
+    done = run_bounded([sys.executable, "-c", DAEMON, str(pid_file), str(child_s)],
+                       os.environ, tmp_path, 5)
+    assert done.timed_out is (child_s == 300), done.stderr
+    daemon = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{daemon}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{daemon}").exists()
+
+
 def test_nothing_forks_with_preexec_fn():
     """`preexec_fn` is unsafe once another thread (a heartbeat) runs: the guard replaced it."""
     sources = [p for p in (ROOT / "autotune").rglob("*.py") if "preexec_fn=" in p.read_text()]

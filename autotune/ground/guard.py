@@ -6,14 +6,20 @@ as the leader of a new process group, in place of ARGV. The guard
 - asks the kernel for SIGTERM when the parent dies (Linux `PR_SET_PDEATHSIG`),
   so even a SIGKILLed `autotune study` leaves no trial behind; it exits at
   once if the parent is gone already;
+- becomes a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`): a descendant that
+  left the group and the session (`setsid`) and lost its parent is adopted by
+  the guard, not by init, so it is still found among the guard's descendants;
 - forks ARGV into its own group, under the address-space limit LIMIT (bytes,
   or `-`), and waits for it. The guard is single-threaded, so setting the
   limit between fork and exec is safe here (the parent, whose heartbeat thread
   runs meanwhile, never forks with `preexec_fn`);
-- on SIGTERM, SIGHUP or SIGINT kills every other process of its group with
-  SIGKILL, removes SCRATCH (a folder, or `-`) and exits;
-- otherwise ends as ARGV ended: the same exit code, or death by the same
-  signal, so the parent classifies the child and never the guard.
+- on SIGTERM, SIGHUP or SIGINT kills every other process of its group and every
+  descendant with SIGKILL, removes SCRATCH (a folder, or `-`) and exits; on
+  `KILL_SIGNAL` (the parent's timeout: it reads the logs in SCRATCH and cleans
+  up itself) the same, leaving SCRATCH;
+- otherwise kills what ARGV left running (descendants that outlived it) and
+  ends as ARGV ended: the same exit code, or death by the same signal, so the
+  parent classifies the child and never the guard.
 
 Standard library only: it starts before anything else and must stay small.
 """
@@ -34,8 +40,14 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal this process gets when its parent thread exits."""
 
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl(2) option: orphaned descendants are reparented to this process, not to init."""
+
 #: Signals on which the guard takes its group down and cleans up.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+#: The signal with which a live parent asks the guard to kill everything and leave SCRATCH.
+KILL_SIGNAL = signal.SIGUSR1
 
 #: Exit code when ARGV cannot be executed at all (as a shell says it).
 EXEC_FAILED = 127
@@ -53,12 +65,41 @@ def argv_for(parent: int, limit: int | None, scratch: Path | None,
             "--", *argv]
 
 
-def die_with_parent(signum: int) -> None:
-    """Ask Linux to send `signum` to this process when its parent exits (elsewhere: nothing)."""
+def _prctl(option: int, value: int) -> None:
+    """prctl(2) on Linux; nothing elsewhere."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def die_with_parent(signum: int) -> None:
+    """Ask Linux to send `signum` to this process when its parent exits (elsewhere: nothing)."""
+    _prctl(PR_SET_PDEATHSIG, int(signum))
+
+
+def become_subreaper() -> None:
+    """Adopt this process's orphaned descendants (Linux; elsewhere nothing)."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process whose chain of parents leads to `root` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def group_members(pgid: int) -> list[int]:
@@ -74,14 +115,16 @@ def group_members(pgid: int) -> list[int]:
 
 
 def kill_group_but_me(child: int | None) -> None:
-    """SIGKILL the child and every other process of this group, until none is left (≤ 2 s)."""
+    """SIGKILL the child, every other process of this group and every descendant (one that
+    left the group with `setsid` too), until none is left (≤ 2 s)."""
     if child is not None and child > 0:  # never os.kill(-1, ...): that is every process
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-    pgid = os.getpgid(0)
+    pgid, me = os.getpgid(0), os.getpid()
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
-        members = group_members(pgid)
+        members = set(group_members(pgid)) | set(descendants(me))
+        members.discard(me)
         if not members:
             return
         for pid in members:
@@ -99,7 +142,7 @@ def run_child(argv: Sequence[str], limit: int | None) -> int:
     if pid:
         return pid
     try:  # the forked child: only async-signal-safe work from here to exec
-        for signum in STOP_SIGNALS:
+        for signum in (*STOP_SIGNALS, KILL_SIGNAL):
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
         if limit is not None:
@@ -137,14 +180,16 @@ def main(args: Sequence[str]) -> None:
 
     def stop(signum: int, frame: object) -> None:
         kill_group_but_me(child)
-        if scratch is not None:
+        if scratch is not None and signum != KILL_SIGNAL:
             shutil.rmtree(scratch, ignore_errors=True)
         os._exit(128 + signum)
 
-    for signum in STOP_SIGNALS:
+    for signum in (*STOP_SIGNALS, KILL_SIGNAL):
         signal.signal(signum, stop)
+    become_subreaper()
     child = run_child(args[4:], limit)
     _, status = os.waitpid(child, 0)  # retried on EINTR (PEP 475)
+    kill_group_but_me(None)  # what the child left running (a daemon it started) goes too
     end_as(status)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.ground.guard import argv_for
+from autotune.ground.guard import KILL_SIGNAL, argv_for
 
 TAIL_BYTES = 4000
 
@@ -48,8 +48,9 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
                 scratch: Path | None = None) -> Finished:
     """Run `argv` without a shell, in its own session, under a hard time limit.
 
-    On timeout the whole process group is killed with SIGKILL. stdout and stderr
-    go to files in `cwd` so a chatty child cannot block on a full pipe.
+    On timeout the guard kills the child's group and every descendant
+    (`_kill_group`). stdout and stderr go to files in `cwd` so a chatty child
+    cannot block on a full pipe.
     `memory_limit_bytes` caps the child's address space (RLIMIT_AS), so a
     configuration that needs too much memory fails alone instead of taking the
     machine down. The logs go to `cwd`; the child runs in `workdir` (default `cwd`).
@@ -102,11 +103,21 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+#: Seconds the guard gets to kill its child's group and descendants before its whole group
+#: is killed (the guard with it).
+GUARD_GRACE_S = 5.0
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    """Stop a guarded child: `guard.KILL_SIGNAL` to the guard, which kills the child's group
+    and every descendant (also one that left the group with `setsid`), leaving the logs;
+    then, after `GUARD_GRACE_S` at most, SIGKILL to whatever is left of the group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, KILL_SIGNAL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GUARD_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
