@@ -71,6 +71,20 @@ def test_sigkill_of_the_study_takes_its_trial_down_and_the_next_start_marks_it(t
     assert kill_check.count_rows(tmp_path, INTERRUPTED) == 2  # the dead one, then the stopped
 
 
+@pytest.mark.slow
+def test_local_workers_and_their_trials_die_with_a_sigkilled_leader(tmp_path):
+    """`study --workers 2` SIGKILLed: both workers and their trials ran on and finished the
+    study in the background (issue 31)."""
+    proc = kill_check.start_study(tmp_path, "--workers", "2")
+    kill_check.wait_for_trial(proc, tmp_path)
+    workers = [p for p in kill_check.children_of(proc.pid, tmp_path)
+               if b"\0autotune\0worker\0" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(workers) == 2
+    left = kill_check.signal_and_count(proc, tmp_path, signal.SIGKILL, wait_s=10)
+    assert left == kill_check.Leftovers(processes=0, scratch_dirs=0, exit_code=-signal.SIGKILL)
+    assert kill_check.count_rows(tmp_path, RUNNING) == 0  # each worker marked its own trial
+
+
 def test_the_guard_ends_as_its_child_ended(tmp_path):
     code = run_bounded([sys.executable, "-c", "raise SystemExit(7)"], os.environ, tmp_path, 30)
     assert code.returncode == 7

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -181,15 +182,16 @@ def _last_text(ev: Any) -> str:
 def run_local_workers(store: Any, plan: Any, count: int) -> None:
     """Start `count` local `autotune worker --until-done` processes on the study (already
     prepared: its recipe is stored) and show one progress bar for the whole study until
-    every worker has ended; a stop signal stops them all. Each worker's output goes to a
-    log file, named when it fails.
+    every worker has ended; a stop signal stops them all, and they stop by themselves
+    when this process dies, SIGKILL included (`worker --leader`). Each worker's output
+    goes to a log file, named when it fails.
 
     Raises:
         AutotuneError: a worker failed (exit 1, after the best table).
     """
     folder = Path(tempfile.mkdtemp(prefix="autotune-workers-"))
     argv = [sys.executable, "-m", "autotune", "worker", "--study", plan.name,
-            "--storage", store.url, "--until-done"]
+            "--storage", store.url, "--until-done", "--leader", str(os.getpid())]
     logs = [folder / f"worker-{k}.log" for k in range(count)]
     out.print(f"study '{literal(plan.name)}': starting {count} local workers (logs in "
               f"{literal(folder)})", highlight=False)

@@ -22,6 +22,19 @@ import typer
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, out
 
 
+def follow_leader(leader: int) -> None:
+    """Stop as on SIGTERM when process `leader` (this worker's parent) dies, however it dies:
+    the kernel sends the signal (Linux `PR_SET_PDEATHSIG`); a leader gone already ends
+    this worker at once (exit 1, nothing claimed yet)."""
+    import signal
+
+    from autotune.ground.guard import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != leader:
+        raise typer.Exit(1)
+
+
 def worker(
     study: Annotated[str, typer.Option(help="The study to work on (made by `autotune study`).")],
     storage: StorageOpt = DEFAULT_STORAGE,
@@ -31,9 +44,14 @@ def worker(
     until_done: Annotated[bool, typer.Option(
         help="Stay until the whole study is done: wait for the other workers' trials, take "
              "over those of workers that died, and share the confirmation.")] = False,
+    leader: Annotated[int | None, typer.Option(
+        hidden=True, help="The pid of the `study --workers` that started this worker: it "
+                          "stops (as on SIGTERM) when that process dies.")] = None,
 ) -> None:
     """Join STUDY from any machine and measure its trials; the last worker to finish
     confirms and shrinks the winner."""
+    if leader is not None:
+        follow_leader(leader)
     # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
     from autotune.api import join_study
     from autotune.cli import _progress
