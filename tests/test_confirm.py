@@ -211,3 +211,28 @@ def test_a_configuration_that_shows_no_gain_hands_over_to_the_next_leader(tmp_pa
     assert _confirmation(store, REAL).recommendable
     assert sequential_next(store.runs("s"), [r for r in store.runs("s")
                                              if r.role is Role.SEARCH], 16) is None
+
+
+def test_a_round_held_by_a_dead_process_is_taken_over_not_skipped(searched):
+    """A worker killed in confirmation left its round's claim running: the others skipped
+    the round and confirmed on less (issue 31). Now a process reaps the dead holder's claim
+    while it waits, and measures the round itself."""
+    import platform
+    import subprocess
+    import sys
+
+    from autotune.ground.records import ClaimState
+
+    runner, store, replay = searched
+    runner.prepare()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = (platform.node(), int(gone.stdout))
+    _, held = store.claim("s", runner.env_key, "confirm:1:0", Role.CONFIRM, LUCKY, 1, dead)
+    assert held is not None and held.state is ClaimState.RUNNING
+    runner.confirm(top=2, repeats=3)
+    assert sorted(map(str, replay.launched)) == sorted(map(str, [LUCKY, REAL] * 3))
+    confirm = store.runs("s", roles=[Role.CONFIRM])
+    assert sorted(r.trial_number for r in confirm) == [1, 1, 1, 2, 2, 2]
+    states = {c.key: c.state for c in store.claims("s")}
+    assert states["confirm:1:0"] is ClaimState.DONE  # released by the reap, then taken

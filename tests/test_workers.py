@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sql_rows import rows as _rows
@@ -290,6 +291,64 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_nothing_is_measured_twice(
         assert lost.trial_number == again.number
     assert not [t for t in study.get_trials() if t.state.name in ("RUNNING", "WAITING")]
     runner.store.close()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_it_measures_the_baseline_does_not_block_the_study(url, tmp_path):
+    """The survivor waited for the dead worker's baseline for good: `trials 0/5: 1 workers
+    searching` after 5 minutes on SQLite, no trial in 15 on PostgreSQL (issue 31). The
+    first process to build the workload hangs, so the other is surely waiting for it."""
+    script = Path(__file__).parent / "workloads" / "first_hangs.py"
+    planned = plan_study(space="cpu", name="shared", trials=3, heartbeat_s=2, racing=False,
+                         confirm=0, script=str(script), preset="tiny", devices=1, steps=5,
+                         warmup=1, max_warmup=3, timeout_per_trial=600)
+    runner = StudyRunner(planned.plan, Store.open(url), launcher=None,  # type: ignore[arg-type]
+                         storage=url)
+    runner.prepare()
+    runner.store.set_recipe("shared", planned.recipe)
+    env = {**os.environ, "FIRST_HANGS_MARKER": str(tmp_path / "first")}
+    argv = [sys.executable, "-m", "autotune", "worker", "--study", "shared",
+            "--storage", url, "--until-done"]
+    workers = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env) for _ in range(2)]
+    try:
+        claim = _wait_for_claim(runner.store, workers, (Role.BASELINE,), timeout=300)
+        while not (tmp_path / "first").exists():  # the holder's child hangs from here on
+            time.sleep(0.1)
+        time.sleep(8)  # the other worker is past its start (which reaps) and waits
+        victim, survivor = sorted(workers, key=lambda w: w.pid != claim.owner_pid)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        output = survivor.communicate(timeout=300)[0]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    assert survivor.returncode == 0, output
+    counted = _rows(url, "select role from autotune_runs where role in "
+                         "('baseline', 'search', 'recommended', 'race')")
+    assert len(counted) == 3 and counted.count(("baseline",)) == 1, counted
+    claims = runner.store.claims("shared")
+    assert ClaimState.RUNNING not in {c.state for c in claims}
+    assert [c.owner_pid for c in claims if c.role is Role.BASELINE
+            and c.state is ClaimState.DONE] == [survivor.pid]
+    runner.store.close()
+
+
+def _wait_for_claim(store: Store, workers: list[subprocess.Popen[str]], roles: tuple[Role, ...],
+                    timeout: float):
+    """The first running claim of `roles` held by one of `workers`."""
+    pids = {w.pid for w in workers}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for c in store.claims("shared", [ClaimState.RUNNING]):
+            if c.owner_pid in pids and c.role in roles:
+                return c
+        if any(w.poll() is not None for w in workers):
+            raise AssertionError("a worker ended first: "
+                                 + "".join(w.communicate()[0] for w in workers))
+        time.sleep(0.05)
+    raise AssertionError(f"no worker of {sorted(pids)} claimed {roles}")
 
 
 def _wait_for_search_claim(store: Store, workers: list[subprocess.Popen[str]],

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from autotune.ground.proc import raise_if_interrupted
-from autotune.ground.records import FlagValue, Role, RunRecord
+from autotune.ground.records import ClaimState, FlagValue, Role, RunRecord
 from autotune.results.confirmation import (
     baseline_trial,
     confirm_runs,
@@ -23,7 +23,7 @@ from autotune.results.confirmation import (
 from autotune.results.ranking import ranked
 from autotune.study.context import StudyContext
 from autotune.study.plan import ConfirmEvent
-from autotune.study.reap import wait_for_search
+from autotune.study.reap import wait_for_claims, wait_for_search
 
 
 def confirm(ctx: StudyContext, top: int, repeats: int,
@@ -47,15 +47,24 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
                if needs_confirmation(r)][:top]
     if targets and on_start:
         on_start(len(targets))
-    pending = _rounds(ctx, runs, targets, repeats)
-    for done, (number, flags, round_) in enumerate(pending, start=1):
-        raise_if_interrupted()
-        _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, flags, number,
-                                 ctx.judge.request(flags))
-        if on_run and run is not None:
-            on_run(ConfirmEvent(number, run.outcome, done, len(pending)))
+    done = 0
+    while pending := _rounds(ctx, runs, targets, repeats):
+        total = done + len(pending)
+        for number, flags, round_ in pending:
+            raise_if_interrupted()
+            _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, flags,
+                                     number, ctx.judge.request(flags))
+            if run is not None:
+                done += 1
+                if on_run:
+                    on_run(ConfirmEvent(number, run.outcome, done, total))
+        # Rounds another process held: wait for them; a holder that died has its claim
+        # released (reaped), and the round is measured here on the next pass.
+        if not wait_for_claims(ctx, frozenset({Role.CONFIRM})):
+            break
+        runs = ctx.runs()
     if cap > repeats:
-        sequential(ctx, targets, cap, on_run, len(pending))
+        sequential(ctx, targets, cap, on_run, done)
     return targets
 
 
@@ -66,11 +75,16 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
     target is next, and when it ends: `autotune.results.confirmation.sequential_next`.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    while (target := sequential_next(runs := ctx.runs(), targets, cap)) is not None:
+    while (target := sequential_next(ctx.runs(), targets, cap)) is not None:
         raise_if_interrupted()
         number = target.trial_number
         assert number is not None
-        round_ = len(confirm_runs(runs, number))  # the runs just read: one query a step
+        claims = ctx.store.claims(ctx.name, [ClaimState.DONE, ClaimState.RUNNING],
+                                  env_key=ctx.env_key)
+        if any(c.state is ClaimState.RUNNING and c.key.startswith(f"confirm:{number}:")
+               for c in claims):
+            return  # another process measures the leader now: it goes on from here
+        [round_] = _free_rounds({c.key for c in claims}, number, 1)
         _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
                                  number, ctx.judge.request(target.flags))
         if run is None:  # another process holds this round: it goes on from here
@@ -82,15 +96,37 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
 
 def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],
             repeats: int) -> list[tuple[int, Mapping[str, FlagValue], int]]:
-    """(trial number, flags, round) of each run still to make, round by round."""
+    """(trial number, flags, round) of each run still to make, round by round.
+
+    A configuration needs `repeats` re-measurements in all (racing's count), less
+    those being made now (a running claim); each run still to make takes the first
+    round whose claim is free (`_free_rounds`), so a round a dead process left (its
+    claim released by the reap) is made again, never under a key already done."""
     base = baseline_trial(runs)
     direct = any(ctx.judge.request(t.flags).job.compiler_options is None for t in targets)
-    plan: list[tuple[int, Mapping[str, FlagValue], int]] = []
-    for round_ in range(repeats):
-        if direct and base is not None and len(confirm_runs(runs, base)) <= round_:
-            plan.append((base, {}, round_))
-        for target in targets:
-            assert target.trial_number is not None
-            if len(confirm_runs(runs, target.trial_number)) <= round_:
-                plan.append((target.trial_number, target.flags, round_))
-    return plan
+    claims = ctx.store.claims(ctx.name, [ClaimState.DONE, ClaimState.RUNNING],
+                              env_key=ctx.env_key)
+    taken = {c.key for c in claims}
+    running = [c.key for c in claims if c.state is ClaimState.RUNNING]
+    wanted: list[tuple[int, Mapping[str, FlagValue]]] = []
+    if direct and base is not None:
+        wanted.append((base, {}))
+    wanted += [(t.trial_number, t.flags) for t in targets if t.trial_number is not None]
+    queues = []
+    for number, flags in wanted:
+        in_flight = sum(key.startswith(f"confirm:{number}:") for key in running)
+        count = repeats - len(confirm_runs(runs, number)) - in_flight
+        queues.append([(number, flags, r) for r in _free_rounds(taken, number, count)])
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def _free_rounds(taken: set[str], number: int, count: int) -> list[int]:
+    """The first `count` rounds of trial `number` whose claim `confirm:NUMBER:ROUND` is
+    neither done nor running (none when `count` is not positive)."""
+    free: list[int] = []
+    round_ = 0
+    while len(free) < count:
+        if f"confirm:{number}:{round_}" not in taken:
+            free.append(round_)
+        round_ += 1
+    return free

@@ -14,7 +14,7 @@ import time
 from optuna.storages import fail_stale_trials
 
 from autotune.ground.proc import process_alive, raise_if_interrupted
-from autotune.ground.records import ClaimState
+from autotune.ground.records import ClaimState, Role
 from autotune.storage._optuna import fail_trial_id, quiet_experimental, requeue, trials_in
 from autotune.study.context import StudyContext
 from autotune.study.measured import BUDGET_ROLES, MEASURED_ROLES
@@ -75,6 +75,20 @@ def wait_for_search(ctx: StudyContext) -> None:
         raise_if_interrupted()
         time.sleep(POLL_S)
         reap(ctx)  # marks the trials of processes that died meanwhile
+
+
+def wait_for_claims(ctx: StudyContext, roles: frozenset[Role]) -> bool:
+    """Block while another process holds a running claim of `roles` in this environment,
+    reaping at every poll (a holder that died has its claim released). Returns whether
+    it waited at all (then what the claims covered may need doing again)."""
+    waited = False
+    while any(c.role in roles and (c.owner_host, c.owner_pid) != ctx.owner
+              for c in ctx.store.claims(ctx.name, [ClaimState.RUNNING], env_key=ctx.env_key)):
+        raise_if_interrupted()
+        waited = True
+        time.sleep(POLL_S)
+        reap(ctx)
+    return waited
 
 
 def owner_text(owner: tuple[str, int]) -> str:

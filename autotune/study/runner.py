@@ -187,8 +187,8 @@ class StudyRunner:
                 return RunSummary(launched, reused)
             if streak >= MAX_REPEATED_PROPOSALS:
                 return RunSummary(launched, reused, _exhausted_note(streak))
-            if view.baseline_elsewhere():
-                time.sleep(POLL_S)  # another process measures this environment's baseline
+            if view.baseline_elsewhere():  # another process measures this environment's baseline
+                self._wait_for_others()
                 continue
             if view.index.baseline_ok():
                 self.fit_space(study)  # once: before anything is sampled
@@ -201,7 +201,7 @@ class StudyRunner:
             if step == ClaimVerdict.FULL:
                 return RunSummary(launched, reused)
             if step == "wait":  # the baseline or the fit is under way in another process
-                time.sleep(POLL_S)
+                self._wait_for_others()
                 continue
             if run is None:  # reused, or claimed by another process meanwhile
                 reused, streak = reused + (step == "reused"), streak + 1
@@ -211,6 +211,14 @@ class StudyRunner:
                 on_trial(self.search.event(run, view))
             if run.role is Role.BASELINE and not run.outcome.ok:
                 raise _baseline_failed(run.outcome)
+
+    def _wait_for_others(self) -> None:
+        """One poll while another process measures what this one needs (the baseline, the
+        fit): then reap, so that a holder that died (SIGKILL, a lost machine) has its claim
+        released and its trial queued again, and this process takes the work over instead
+        of waiting for it for ever."""
+        time.sleep(POLL_S)
+        self.reap()
 
     def _round(self, study: optuna.Study, view: StudyView) -> tuple[str, RunRecord | None]:
         """One round of the search: race the leader, else one search step."""
