@@ -28,7 +28,7 @@ from autotune.ground.errors import StudyMismatchError, StudyNotFoundError, Usage
 from autotune.ground.records import ClaimState, ClaimVerdict, Role
 from autotune.spaces.loader import spaces_dir
 from autotune.storage import Store
-from autotune.storage._optuna import outcome_of
+from autotune.storage._optuna import outcome_of, rdb_storage
 from autotune.study.runner import StudyRunner
 
 TINY = {"benchmark": "matmul", "preset": "tiny", "devices": 1, "steps": 5, "warmup": 1,
@@ -365,3 +365,35 @@ def _wait_for_search_claim(store: Store, workers: list[subprocess.Popen[str]],
                                  + "".join(w.communicate()[0] for w in workers))
         time.sleep(0.05)
     raise AssertionError(f"no worker of {sorted(pids)} claimed a search trial")
+
+
+POP = """
+import sys, time, optuna
+from autotune.storage._optuna import rdb_storage
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.create_study(study_name="s", storage=rdb_storage(sys.argv[1], create=True),
+                            load_if_exists=True)
+popped = []
+for i in range(int(sys.argv[3])):
+    if sys.argv[2] == "enqueue":
+        study.enqueue_trial({}, user_attrs={"i": i})
+    time.sleep(0.2 - time.time() % 0.2)  # both processes ask at the same moment
+    trial = study.ask()
+    if "i" in trial.user_attrs:
+        popped.append(trial.number)
+print(popped)
+"""
+
+
+def test_two_processes_never_pop_the_same_queued_trial_on_sqlite(tmp_path):
+    """On SQLite, two processes' `ask()` popped the same WAITING trial (7 of 40 here); the
+    second `tell` then raised UpdateFinishedTrialError in 2 of 6 double starts (issue 31)."""
+    url = f"sqlite:///{tmp_path / 'pop.db'}"
+    rdb_storage(url, create=True)  # the tables first, as a study's first process makes them
+    procs = [subprocess.Popen([sys.executable, "-c", POP, url, role, "30"], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for role in ("enqueue", "ask")]
+    popped = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]
+    assert set(popped[0]).isdisjoint(popped[1]), popped
+    assert len(popped[0]) + len(popped[1]) == 30

@@ -60,12 +60,38 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     for attempt in range(STORAGE_ATTEMPTS):
         try:
             with quiet_experimental():
-                return optuna.storages.RDBStorage(url, skip_table_creation=not create, **extra)
+                storage = optuna.storages.RDBStorage(url, skip_table_creation=not create,
+                                                     **extra)
+            if create and sqlite_file(make_url(url)):
+                immediate_transactions(storage.engine)
+            return storage
         except SQLAlchemyError:
             if not create or attempt == STORAGE_ATTEMPTS - 1:
                 raise
             time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
     raise AssertionError("unreachable")
+
+
+def immediate_transactions(engine: Any) -> None:
+    """Begin every transaction of `engine` (a writer's, on a SQLite file) as `BEGIN
+    IMMEDIATE`, holding the write lock from its first read.
+
+    SQLite's default deferred transactions let two processes read the same WAITING
+    trial before either writes: both `ask()` popped it (7 of 40 asks in a test
+    here), and the second `tell` raised `UpdateFinishedTrialError` (two `autotune
+    study` on one new file, issue 31). Immediate transactions serialise the pop; the
+    busy timeout makes the other writer wait. (pysqlite's own transaction handling
+    is switched off on each new connection, as SQLAlchemy's SQLite notes describe.)
+    """
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 #: `outcome` user attributes of trials that measured nothing and stand for nothing:
