@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,7 +20,10 @@ from types import ModuleType
 
 import pytest
 
+from autotune.ground.guard import MEMORY_EXIT
 from autotune.ground.proc import run_bounded
+from autotune.ground.records import OutcomeKind
+from autotune.rules.failures import classify_exit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,11 +99,29 @@ def test_the_guard_ends_as_its_child_ended(tmp_path):
     assert missing.returncode == 127 and "cannot run" in missing.stderr
 
 
-def test_the_guard_applies_the_memory_limit_to_the_child_only(tmp_path):
+def test_the_memory_limit_counts_resident_memory_not_address_space(tmp_path):
+    """A 1 GiB --trial-memory-limit aborted a trivial JAX program with std::bad_alloc: it
+    limited the address space, of which XLA reserves far more than it uses (issue 31)."""
+    jax_step = "import jax.numpy as jnp; print(float((jnp.ones((64, 64)) @ jnp.ones(64)).sum()))"
+    done = run_bounded([sys.executable, "-c", jax_step], os.environ, tmp_path, 120,
+                       memory_limit_bytes=2**30)
+    assert done.returncode == 0, done.stderr
     probe = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
-    done = run_bounded([sys.executable, "-c", probe], os.environ, tmp_path, 30,
-                       memory_limit_bytes=2**34)
-    assert done.returncode == 0 and done.stdout.strip() == str(2**34)
+    unlimited = run_bounded([sys.executable, "-c", probe], os.environ, tmp_path, 30,
+                            memory_limit_bytes=2**30)
+    assert unlimited.stdout.strip() == str(resource.RLIM_INFINITY)
+
+
+def test_a_trial_over_its_resident_memory_limit_is_killed_with_its_descendants(tmp_path):
+    hog = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+           "'import time; b = bytearray(400 * 2**20); time.sleep(300)']); time.sleep(300)")
+    done = run_bounded([sys.executable, "-c", hog], os.environ, tmp_path, 60,
+                       memory_limit_bytes=200 * 2**20)
+    assert not done.timed_out and done.returncode == MEMORY_EXIT
+    assert "Out of memory: the trial's resident memory reached" in done.stderr
+    assert "above its limit of 209715200 bytes (--trial-memory-limit)" in done.stderr
+    classified = classify_exit(done.returncode, False, done.stderr, 60, 200 * 2**20)
+    assert classified is not None and classified[0] is OutcomeKind.OOM
 
 
 def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_dies(tmp_path):

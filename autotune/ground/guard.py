@@ -9,10 +9,12 @@ as the leader of a new process group, in place of ARGV. The guard
 - becomes a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`): a descendant that
   left the group and the session (`setsid`) and lost its parent is adopted by
   the guard, not by init, so it is still found among the guard's descendants;
-- forks ARGV into its own group, under the address-space limit LIMIT (bytes,
-  or `-`), and waits for it. The guard is single-threaded, so setting the
-  limit between fork and exec is safe here (the parent, whose heartbeat thread
-  runs meanwhile, never forks with `preexec_fn`);
+- forks ARGV and waits for it, watching the resident memory of the child and
+  its descendants against LIMIT (bytes, or `-`): above it, everything is killed
+  and the guard exits `MEMORY_EXIT` with an "Out of memory" line on stderr (an
+  `oom` outcome). Resident memory, not address space: XLA reserves far more
+  address space than it uses (an address-space limit of 1 GiB aborted a
+  trivial JAX program with std::bad_alloc);
 - on SIGTERM, SIGHUP or SIGINT kills every other process of its group and every
   descendant with SIGKILL, removes SCRATCH (a folder, or `-`) and exits; on
   `KILL_SIGNAL` (the parent's timeout: it reads the logs in SCRATCH and cleans
@@ -48,6 +50,12 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 #: The signal with which a live parent asks the guard to kill everything and leave SCRATCH.
 KILL_SIGNAL = signal.SIGUSR1
+
+#: Exit code of a guard that killed its child for using more memory than its limit.
+MEMORY_EXIT = 125
+
+#: Seconds between two looks at the child's resident memory (with a limit).
+MEMORY_POLL_S = 0.1
 
 #: Exit code when ARGV cannot be executed at all (as a shell says it).
 EXEC_FAILED = 127
@@ -136,8 +144,39 @@ def kill_group_but_me(child: int | None) -> None:
         time.sleep(0.02)
 
 
-def run_child(argv: Sequence[str], limit: int | None) -> int:
-    """Fork and exec `argv` (dying with the guard, under `limit`); return its pid."""
+def resident_bytes(pids: Sequence[int]) -> int:
+    """The resident memory of `pids` together, in bytes (processes gone meanwhile: 0)."""
+    page, total = os.sysconf("SC_PAGE_SIZE"), 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+    return total
+
+
+def wait_within(child: int, limit: int | None) -> int:
+    """Wait for `child` and return its wait status; with a `limit`, watch the resident
+    memory of the child and every descendant meanwhile, and above it kill them all and
+    exit `MEMORY_EXIT`, saying so on stderr."""
+    if limit is None:
+        return os.waitpid(child, 0)[1]  # retried on EINTR (PEP 475)
+    me = os.getpid()
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            return status
+        used = resident_bytes(descendants(me))
+        if used > limit:
+            kill_group_but_me(child)
+            with contextlib.suppress(OSError):
+                os.write(2, (f"autotune: Out of memory: the trial's resident memory reached "
+                             f"{used} bytes, above its limit of {limit} bytes "
+                             "(--trial-memory-limit); it was killed\n").encode())
+            os._exit(MEMORY_EXIT)
+        time.sleep(MEMORY_POLL_S)
+
+
+def run_child(argv: Sequence[str]) -> int:
+    """Fork and exec `argv` (dying with the guard); return its pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -145,8 +184,6 @@ def run_child(argv: Sequence[str], limit: int | None) -> int:
         for signum in (*STOP_SIGNALS, KILL_SIGNAL):
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         os.execvp(argv[0], list(argv))
     except BaseException as exc:  # noqa: BLE001 - report anything, never return into the guard
         with contextlib.suppress(OSError):
@@ -187,8 +224,8 @@ def main(args: Sequence[str]) -> None:
     for signum in (*STOP_SIGNALS, KILL_SIGNAL):
         signal.signal(signum, stop)
     become_subreaper()
-    child = run_child(args[4:], limit)
-    _, status = os.waitpid(child, 0)  # retried on EINTR (PEP 475)
+    child = run_child(args[4:])
+    status = wait_within(child, limit)
     kill_group_but_me(None)  # what the child left running (a daemon it started) goes too
     end_as(status)
 

@@ -51,7 +51,8 @@ def run_bounded(argv: list[str], env: Mapping[str, str], cwd: Path, timeout_s: f
     On timeout the guard kills the child's group and every descendant
     (`_kill_group`). stdout and stderr go to files in `cwd` so a chatty child
     cannot block on a full pipe.
-    `memory_limit_bytes` caps the child's address space (RLIMIT_AS), so a
+    `memory_limit_bytes` caps the resident memory of the child and its
+    descendants (the guard watches it and kills them above it), so a
     configuration that needs too much memory fails alone instead of taking the
     machine down. The logs go to `cwd`; the child runs in `workdir` (default `cwd`).
 

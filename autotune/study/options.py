@@ -121,7 +121,8 @@ class StudyOptions(Options):
         "After confirmation, drop the recommended configuration's flags that do not matter "
         "(compile without each, then time without each; paired mode)."))
     trial_memory_limit: str | None = Field(None, description=(
-        "Address-space limit of each trial process, e.g. 16GiB (default: none)."))
+        "Resident-memory limit of each trial (its processes together), e.g. 16GiB; above "
+        "it the trial is killed and recorded as oom (default: none)."))
     fit: bool = Field(True, description=(
         "Fit the space to the workload after its baseline: drop flags that cannot act on its "
         "program, clip thresholds to its collectives' sizes (see `best`)."))
