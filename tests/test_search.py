@@ -570,16 +570,18 @@ def test_the_search_benchmark_prints_its_table_and_json():
         ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
     for entry in entries:
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
-                              "captured_gain", "slower", "right", "timed", "of_oracle"}
+                              "captured_gain", "slower", "right", "kept", "timed",
+                              "of_oracle"}
         assert set(entry["within"]) == {"1%", "2%", "5%"}
         assert set(entry["within"]["2%"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
-        seconds = [entry["device_seconds"][k] for k in ("10", "20")]
-        assert 0 < seconds[0] <= seconds[1]
+        assert all(entry["device_seconds"][k] > 0 for k in ("10", "20"))  # confirmation too
         assert all(entry["timed"][k] <= int(k) for k in ("10", "20"))
-        # mlp-dp's optimum is one lucky configuration: its defaults are 11% slower, and no
-        # answer is right; the oracle, knowing the best program, cannot confirm it either
-        assert entry["slower"]["20"] <= 1 and entry["right"]["20"] == 0
+        # mlp-dp's "optimum" 11% faster than the defaults was one lucky configuration:
+        # pinned (its 11 leading programs 12 more processes each) the defaults' program is
+        # the best, and every seed keeps the defaults, which is right
+        assert entry["slower"]["20"] == 0 and entry["kept"]["20"] == 1
+        assert entry["right"]["20"] == 1
     assert [e["resolved"]["10"] for e in entries[:2]] == ["random", "tpe"]
 
 

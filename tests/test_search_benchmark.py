@@ -35,7 +35,8 @@ def test_captured_gain_is_the_share_of_the_tables_gain_by_true_ratios():
 def test_the_summary_counts_slower_and_right_answers_over_seeds():
     outcome = script("outcome")
     found = [0.90, 0.91, 0.95, 1.00, 1.02, None, 0.90, 0.90, 0.90, 0.90]
-    figures = outcome.summary(found, [1.0] * 9 + [11.0], defaults=1.0, optimum=0.9)
+    kept = [False] * 5 + [True] + [False] * 4
+    figures = outcome.summary(found, [1.0] * 9 + [11.0], defaults=1.0, optimum=0.9, kept=kept)
     gains = sorted([1, 0.9, 0.5, 0, -0.2, 0, 1, 1, 1, 1])
     assert figures["captured_gain"]["median"] == pytest.approx(0.95)
     assert figures["captured_gain"]["p10"] == pytest.approx(
@@ -43,8 +44,11 @@ def test_the_summary_counts_slower_and_right_answers_over_seeds():
     assert figures["slower"] == pytest.approx(0.1)  # 1.02 only: the defaults are not slower
     assert figures["right"] == pytest.approx(0.6)  # within 2% of 0.9: 0.918 and below
     assert figures["device_seconds"] == pytest.approx(1.0)
-    flat = outcome.summary([1.0, 0.999], [1.0, 2.0], defaults=1.0, optimum=0.999)
+    assert figures["kept"] == pytest.approx(0.1)  # the one that recommended the defaults
+    flat = outcome.summary([1.0, 0.999], [1.0, 2.0], defaults=1.0, optimum=0.999,
+                           kept=[True, False])
     assert flat["captured_gain"] is None and flat["right"] == 1.0 and flat["slower"] == 0
+    assert flat["kept"] == 0.5
 
 
 def _table(tmp_path: Path, best: list[float], noise: float = 0.0) -> ReplayTable:
@@ -70,14 +74,15 @@ def test_the_oracle_confirms_the_best_program_where_its_processes_can(tmp_path):
     clear = _table(tmp_path, [0.90, 0.91, 0.89])
     assert outcome.best_program_key(clear) == config_key({LEVEL: 2})
     assert outcome.truths(clear) == (1.0, pytest.approx(0.90))
-    found, seconds = outcome.oracle_answer(clear, 6, seed=1)
-    assert found == pytest.approx(0.90)
+    found, seconds, kept = outcome.oracle_answer(clear, 6, seed=1)
+    assert found == pytest.approx(0.90) and not kept
     assert seconds == pytest.approx(6 * (0.5 + 9 * 0.01 * 0.9 + 9 * 0.01), rel=0.02)
     limit = outcome.oracle(clear, [6, 6], [1, 2])
     assert limit["right"] == 1 and limit["captured_gain"]["median"] == pytest.approx(1.0)
+    assert limit["kept"] == 0
     # one lucky process among slow ones: the pooled interval includes 1.0, defaults kept
     lucky = _table(tmp_path, [0.80, 1.10, 1.12], noise=0.05)
-    assert outcome.oracle_answer(lucky, 3, seed=1)[0] == pytest.approx(1.0)
+    assert outcome.oracle_answer(lucky, 3, seed=1)[::2] == (pytest.approx(1.0), True)
 
 
 def test_a_methods_figures_are_fractions_of_the_oracles():

@@ -119,7 +119,8 @@ def _line(name: str, figures: dict[str, Any]) -> str:
     gain = figures["captured_gain"]
     text = "-" if gain is None else f"{gain['median']:.2f}/{gain['p10']:.2f}"
     return (f"  {name:9} right {figures['right']:4.0%}  gain (median/p10) {text:>11}  slower "
-            f"{figures['slower']:4.0%}  {figures['device_seconds']:7.1f} s")
+            f"{figures['slower']:4.0%}  kept {figures['kept']:4.0%}  "
+            f"{figures['device_seconds']:7.1f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,6 +12,8 @@ of a configuration's program), never by what the study itself measured:
 - **slower**: the recommendation is truly slower than the defaults.
 - **right**: the recommendation (the defaults included) is truly within
   `RIGHT_WITHIN` (2%) of the optimum.
+- **kept**: the recommendation is XLA's defaults (what a table without a gain
+  worth confirming should give on nearly every seed).
 
 The **oracle** knows which program is truly the best (more than any method
 can know: compiles free, and every configuration's program and true ratio
@@ -54,10 +56,11 @@ def captured_gain(defaults: float, optimum: float, found: float | None) -> float
 
 
 def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: float,
-            optimum: float) -> dict[str, Any]:
+            optimum: float, kept: Sequence[bool]) -> dict[str, Any]:
     """The user's figures over seeds: `captured_gain` {median, p10} (None where the table
-    offers no gain), `slower` and `right` (shares of seeds) and `device_seconds` (median),
-    for answers whose true ratios are `found` (None: no truth, counted as the defaults)."""
+    offers no gain), `slower`, `right` and `kept` (shares of seeds) and `device_seconds`
+    (median), for answers whose true ratios are `found` (None: no truth, counted as the
+    defaults) and which recommended XLA's defaults where `kept`."""
     ratios = [defaults if f is None else f for f in found]
     gains = [captured_gain(defaults, optimum, r) for r in ratios]
     known = [g for g in gains if g is not None]
@@ -66,6 +69,7 @@ def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: f
                           "p10": round(_quantile(known, 0.10), 3)} if known else None,
         "slower": sum(r > defaults for r in ratios) / len(ratios),
         "right": sum(r <= optimum * (1 + RIGHT_WITHIN) for r in ratios) / len(ratios),
+        "kept": sum(kept) / len(kept),
         "device_seconds": round(statistics.median(seconds), 2),
     }
 
@@ -92,8 +96,9 @@ def _program_runs(table, key: str) -> list[dict[str, Any]]:
     return [run for member in members for run in table.runs[member]]
 
 
-def oracle_answer(table, processes: int, seed: int) -> tuple[float, float]:
-    """(true ratio recommended, device-seconds) of the oracle spending `processes` timed
+def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]:
+    """(true ratio recommended, device-seconds, whether it kept the defaults) of the oracle
+    spending `processes` timed
     processes on the best program: recorded repeats of it drawn without replacement in
     shuffled rounds (`TableLauncher`'s rule), judged by `paired_ratio`."""
     from autotune.rules.stats import paired_ratio
@@ -108,13 +113,13 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float]:
         rng.shuffle(round_)
         drawn += round_[:processes - len(drawn)]
     if not drawn:
-        return defaults, 0.0
+        return defaults, 0.0, True
     estimate = paired_ratio([r["step_times_s"] for r in drawn],
                             [r["baseline_step_times_s"] for r in drawn])
     seconds = sum(r.get("compile_time_s", 0.0) + sum(r["step_times_s"])
                   + sum(r["baseline_step_times_s"]) for r in drawn)
     confirmed = not estimate.includes_one and estimate.ratio < 1
-    return (optimum if confirmed else defaults), seconds
+    return (optimum if confirmed else defaults), seconds, not confirmed
 
 
 def oracle(table, processes: Sequence[int], seeds: Sequence[int]) -> dict[str, Any]:
@@ -122,7 +127,8 @@ def oracle(table, processes: Sequence[int], seeds: Sequence[int]) -> dict[str, A
     `processes` (the method's budget: search and confirmation)."""
     defaults, optimum = truths(table)
     answers = [oracle_answer(table, n, seed) for n, seed in zip(processes, seeds, strict=True)]
-    return summary([a for a, _ in answers], [s for _, s in answers], defaults, optimum)
+    return summary([a for a, _, _ in answers], [s for _, s, _ in answers], defaults, optimum,
+                   [k for _, _, k in answers])
 
 
 def of_oracle(figures: dict[str, Any], limit: dict[str, Any]) -> dict[str, float | None]:

@@ -29,7 +29,8 @@ checkpoint (`outcome.py` defines each figure):
   `captured_gain` {median, p10} ((defaults - recommendation) / (defaults -
   optimum), by true ratios; None where the table offers less than 1%),
   `slower` (the share of seeds truly slower than the defaults), `right` (the
-  share within 2% of the optimum, the defaults included);
+  share within 2% of the optimum, the defaults included), `kept` (the share
+  that recommended XLA's defaults);
 - `device_seconds`: the median over seeds of every compile and timed process
   the study spent, confirmation included (from the recorded times; warm-up
   was not recorded); `timed`: the median processes the search timed;
@@ -122,7 +123,8 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float
     within = {f"{w:.0%}": sum(a.trace.at(budget) <= best * (1 + w) for a in answers)
               / len(answers) for w in WITHIN}
     found = outcome.summary([a.true_ratio for a in answers],
-                            [a.device_seconds for a in answers], defaults, best)
+                            [a.device_seconds for a in answers], defaults, best,
+                            [a.recommended == "" for a in answers])
     return {"within": within, **found,
             "timed": statistics.median(a.timed for a in answers)}
 
