@@ -98,6 +98,13 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
             err.print(f"[bold red]error:[/] {literal(exc.message)}", highlight=False,
                       soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
+        except Exception as exc:
+            failure = _database_failure(exc)
+            if failure is None:
+                raise
+            err.print(f"[bold red]error:[/] {literal(failure.message)}", highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(failure.exit_code) from None
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)
             with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
@@ -106,6 +113,33 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
             raise typer.Exit(128 + signum) from None
 
     return wrapper
+
+
+def _database_failure(exc: BaseException) -> AutotuneError | None:
+    """One clear error for a database failure that reached the command raw (Optuna's
+    storage calls SQLAlchemy itself: a full disk or a server gone mid-study, and cleanup
+    that failed again on top of it): an AutotuneError in the exception's chain where there
+    is one (autotune's own words), else the chain's first error of the database driver
+    (Optuna's wrapper only without one), as `storage.engine.database_failure` words it;
+    None when the chain holds neither."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for link in chain:
+        if isinstance(link, AutotuneError):
+            return link
+    # Optuna's StorageInternalError blames "invalid data"; the driver's error under it says
+    # what happened (a full disk, a server gone): the driver's words first.
+    found = [link for link in chain if type(link).__module__.startswith(
+        ("sqlalchemy", "sqlite3", "psycopg"))] or [
+        link for link in chain if type(link).__module__.startswith("optuna.exceptions")]
+    if not found:
+        return None
+    from autotune.storage.engine import database_failure
+
+    return database_failure(found[0])
 
 
 def fmt_bytes(n: int | None) -> str:

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, exc, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.ground.errors import StorageError, StudyMismatchError, StudyNotFoundError
-from autotune.storage.engine import _current_revision, _reason
+from autotune.storage.engine import _current_revision, database_failure
 from autotune.storage.models import Base, StudyRow
 
 _T = TypeVar("_T")
@@ -87,10 +87,7 @@ class StoreBase:
         except exc.IntegrityError:
             raise
         except exc.DBAPIError as error:
-            raise StorageError(
-                f"the database {self._shown} failed: {_reason(error)}; "
-                "check that it is reachable and retry"
-            ) from error
+            raise database_failure(error, self._shown) from error
 
     @contextmanager
     def _session(self) -> Iterator[Session]:

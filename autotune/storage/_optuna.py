@@ -45,7 +45,7 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.pool import NullPool
 
-    from autotune.storage.engine import reading_url
+    from autotune.storage.engine import database_failure, reading_url
 
     if not create:  # a reader: a SQLite file in a folder it cannot write is opened read-only
         url = reading_url(make_url(url)).render_as_string(hide_password=False)
@@ -65,9 +65,10 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
             if create and sqlite_file(make_url(url)):
                 immediate_transactions(storage.engine)
             return storage
-        except SQLAlchemyError:
+        except SQLAlchemyError as error:
             if not create or attempt == STORAGE_ATTEMPTS - 1:
-                raise
+                raise database_failure(
+                    error, make_url(url).render_as_string(hide_password=True)) from error
             time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
     raise AssertionError("unreachable")
 

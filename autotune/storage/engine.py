@@ -63,6 +63,27 @@ def _reason(error: BaseException) -> str:
     return " ".join(str(orig).split()) or type(orig).__name__
 
 
+def what_to_do(reason: str) -> str:
+    """What a user can do about a database failure whose driver said `reason`: free space
+    where the disk is full, look at a disk that failed, else check the server."""
+    lowered = reason.lower()
+    if "disk is full" in lowered or "no space left" in lowered:
+        return ("the disk holding it is full: free space there, or give --storage a place "
+                "with room, and run the same command again; what was stored is kept")
+    if "disk i/o error" in lowered or "readonly database" in lowered:
+        return ("the disk holding it could not be written (full, removed or read-only?): "
+                "check it and run the same command again; what was stored is kept")
+    return "check that it is reachable and run the same command again; what was stored is kept"
+
+
+def database_failure(error: BaseException, shown: str = "") -> StorageError:
+    """One clear StorageError for a failed database call (SQLAlchemy's, or Optuna's over
+    it): the driver's reason and what to do (`what_to_do`); `shown` names the database."""
+    reason = _reason(error)
+    where = f"the database {shown}" if shown else "the database"
+    return StorageError(f"{where} failed: {reason}; {what_to_do(reason)}")
+
+
 def _parse_url(url: str) -> URL:
     try:
         parsed = make_url(url)
@@ -313,9 +334,12 @@ def _open_schema(engine: Engine, shown: str, upgrade: bool, foreign_ok: bool = F
             return
         except exc.DBAPIError as error:
             if not upgrade or attempt == SCHEMA_ATTEMPTS - 1:
+                reason = _reason(error)
                 raise StorageError(
-                    f"cannot open the database {shown}: {_reason(error)}; check that the "
-                    f"database is reachable and the URL is right ({URL_HINT})"
+                    f"cannot open the database {shown}: {reason}; " + (
+                        what_to_do(reason) if "disk" in reason.lower() else
+                        f"check that the database is reachable and the URL is right "
+                        f"({URL_HINT})")
                 ) from error
             time.sleep(0.05 * (attempt + 1) + random.uniform(0, 0.05))
             if _revision_or_none(engine) == HEAD_REVISION:
