@@ -260,16 +260,8 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_nothing_is_measured_twice(
             "--storage", postgres_url, "--until-done"]
     workers = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True) for _ in range(2)]
-    try:
-        claim = _wait_for_search_claim(runner.store, workers, timeout=300)
-        victim, survivor = sorted(workers, key=lambda w: w.pid != claim.owner_pid)
-        os.kill(victim.pid, signal.SIGKILL)  # mid-trial: its trial child is running
-        victim.wait(timeout=30)
-        output = survivor.communicate(timeout=400)[0]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
+    claim = _wait_for_claim(runner.store, workers, (Role.SEARCH, Role.RECOMMENDED), timeout=300)
+    survivor, output = _kill_the_holder(workers, claim, timeout=400)  # mid-trial
     assert survivor.returncode == 0, output
     counted = _rows(postgres_url, "select role from autotune_runs where role in "
                                   "('baseline', 'search', 'recommended', 'race')")
@@ -311,19 +303,11 @@ def test_a_worker_killed_while_it_measures_the_baseline_does_not_block_the_study
             "--storage", url, "--until-done"]
     workers = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env) for _ in range(2)]
-    try:
-        claim = _wait_for_claim(runner.store, workers, (Role.BASELINE,), timeout=300)
-        while not (tmp_path / "first").exists():  # the holder's child hangs from here on
-            time.sleep(0.1)
-        time.sleep(8)  # the other worker is past its start (which reaps) and waits
-        victim, survivor = sorted(workers, key=lambda w: w.pid != claim.owner_pid)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(timeout=30)
-        output = survivor.communicate(timeout=300)[0]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
+    claim = _wait_for_claim(runner.store, workers, (Role.BASELINE,), timeout=300)
+    while not (tmp_path / "first").exists():  # the holder's child hangs from here on
+        time.sleep(0.1)
+    time.sleep(8)  # the other worker is past its start (which reaps) and waits
+    survivor, output = _kill_the_holder(workers, claim, timeout=300)
     assert survivor.returncode == 0, output
     counted = _rows(url, "select role from autotune_runs where role in "
                          "('baseline', 'search', 'recommended', 'race')")
@@ -333,6 +317,21 @@ def test_a_worker_killed_while_it_measures_the_baseline_does_not_block_the_study
     assert [c.owner_pid for c in claims if c.role is Role.BASELINE
             and c.state is ClaimState.DONE] == [survivor.pid]
     runner.store.close()
+
+
+def _kill_the_holder(workers: list[subprocess.Popen[str]], claim, timeout: float
+                     ) -> tuple[subprocess.Popen[str], str]:
+    """SIGKILL the worker that holds `claim`; (the other worker, its output once it ended).
+    Whatever happens, no worker is left running."""
+    try:
+        victim, survivor = sorted(workers, key=lambda w: w.pid != claim.owner_pid)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=30)
+        return survivor, survivor.communicate(timeout=timeout)[0]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
 
 
 def _wait_for_claim(store: Store, workers: list[subprocess.Popen[str]], roles: tuple[Role, ...],
@@ -349,22 +348,6 @@ def _wait_for_claim(store: Store, workers: list[subprocess.Popen[str]], roles: t
                                  + "".join(w.communicate()[0] for w in workers))
         time.sleep(0.05)
     raise AssertionError(f"no worker of {sorted(pids)} claimed {roles}")
-
-
-def _wait_for_search_claim(store: Store, workers: list[subprocess.Popen[str]],
-                           timeout: float):
-    """The first running search claim of one of `workers` (it is measuring a trial now)."""
-    pids = {w.pid for w in workers}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for c in store.claims("shared", [ClaimState.RUNNING]):
-            if c.owner_pid in pids and c.role in (Role.SEARCH, Role.RECOMMENDED):
-                return c  # claimed: its trial is in flight
-        if any(w.poll() is not None for w in workers):
-            raise AssertionError("a worker ended before any search trial: "
-                                 + "".join(w.communicate()[0] for w in workers))
-        time.sleep(0.05)
-    raise AssertionError(f"no worker of {sorted(pids)} claimed a search trial")
 
 
 POP = """
