@@ -108,3 +108,31 @@ def test_a_raw_database_failure_is_worded_from_the_drivers_error_or_autotunes_ow
     except sqlalchemy.exc.OperationalError as chained:
         assert _database_failure(chained) is clear
     assert _database_failure(ValueError("not a database")) is None
+
+
+def test_optunas_storage_reconnects_after_the_server_dropped_its_connections(postgres_url):
+    """A 3 s PostgreSQL restart during a trial crashed the study 22 s later, after the
+    server was back: Optuna's storage used a dead pooled connection (issue 31). Here the
+    server ends the storage's connections, as a restart does."""
+    import uuid
+
+    import optuna
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from autotune.storage._optuna import rdb_storage
+
+    name = f"autotune-restart-{uuid.uuid4().hex[:8]}"  # only these connections are ended
+    url = make_url(postgres_url).update_query_dict({"application_name": name})
+    storage = rdb_storage(url.render_as_string(hide_password=False), create=True)
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.enqueue_trial({})
+    assert len(study.get_trials()) == 1  # a pooled connection now holds the server's end
+    killer = create_engine(postgres_url)
+    with killer.connect() as connection:
+        ended = connection.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+            "application_name = :name"), {"name": name}).scalar_one()
+    killer.dispose()
+    assert ended >= 1
+    assert len(study.get_trials()) == 1  # a fresh connection, not the dead one

@@ -54,6 +54,9 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
         # does, and keep no idle connection (`sqlite_file`)
         extra["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S},
                                   "poolclass": NullPool}
+    else:  # a server restarted under a study left dead pooled connections, which the next
+        # `fail_stale_trials` used and failed on (issue 31): test each before use, as the store
+        extra["engine_kwargs"] = {"pool_pre_ping": True}
     if heartbeat_s:
         extra.update({"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
                       "heartbeat_stale_trial_callback": requeue})
