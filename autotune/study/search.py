@@ -48,7 +48,7 @@ from autotune.storage._optuna import (
 from autotune.study.context import Settle, StudyContext
 from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_values
 from autotune.study.plan import BASELINE_KEY, TrialEvent
-from autotune.study.reap import owner_text
+from autotune.study.reap import owner_text, reap
 from autotune.study.samplers import SamplerChoice, grid_order
 
 
@@ -188,8 +188,11 @@ class Search:
         (all measured, or claimed by other processes).
         """
         index = view.index
-        with quiet_experimental():
-            optuna.storages.fail_stale_trials(study)  # a killed process's: failed, queued again
+        # A killed process's trial: failed and queued again, and its claim released in the
+        # same breath (`reap`), so the queued configuration is claimable when it is asked;
+        # Optuna's `fail_stale_trials` alone queued it with its claim still running, and
+        # it was set aside as a duplicate, never measured again.
+        reap(self.ctx)
         if trials_in(study, "WAITING"):
             return True
         if not index.baseline_ok():
