@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Collection
 
 from optuna.storages import fail_stale_trials
 
@@ -67,17 +68,7 @@ def others_searching(ctx: StudyContext) -> bool:
                if c.env_key == ctx.env_key)
 
 
-def wait_for_search(ctx: StudyContext) -> None:
-    """Block while other processes still measure search trials in this environment, so
-    every process confirms the same leaders."""
-    while any(c.role in BUDGET_ROLES for c in ctx.store.claims(
-            ctx.name, [ClaimState.RUNNING], env_key=ctx.env_key)):
-        raise_if_interrupted()
-        time.sleep(POLL_S)
-        reap(ctx)  # marks the trials of processes that died meanwhile
-
-
-def wait_for_claims(ctx: StudyContext, roles: frozenset[Role]) -> bool:
+def wait_for_claims(ctx: StudyContext, roles: Collection[Role]) -> bool:
     """Block while another process holds a running claim of `roles` in this environment,
     reaping at every poll (a holder that died has its claim released). Returns whether
     it waited at all (then what the claims covered may need doing again)."""
@@ -89,6 +80,12 @@ def wait_for_claims(ctx: StudyContext, roles: frozenset[Role]) -> bool:
         time.sleep(POLL_S)
         reap(ctx)
     return waited
+
+
+def wait_for_search(ctx: StudyContext) -> None:
+    """Block while other processes still measure search trials in this environment, so
+    every process confirms the same leaders (this process holds none when it asks)."""
+    wait_for_claims(ctx, BUDGET_ROLES)
 
 
 def owner_text(owner: tuple[str, int]) -> str:
