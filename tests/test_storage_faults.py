@@ -7,10 +7,13 @@ root): skipped, saying so, where that is not allowed.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ import sqlalchemy.exc
 
 from autotune.cli._common import _database_failure
 from autotune.ground.errors import StorageError
+from autotune.ground.records import ClaimState, Role
 from autotune.storage.engine import database_failure, what_to_do
 
 
@@ -136,3 +140,193 @@ def test_optunas_storage_reconnects_after_the_server_dropped_its_connections(pos
     killer.dispose()
     assert ended >= 1
     assert len(study.get_trials()) == 1  # a fresh connection, not the dead one
+
+
+# A server that goes away for a while (issue 31): a TCP proxy between autotune and the real
+# PostgreSQL cuts every connection and refuses new ones, then serves again.
+
+
+def _proxy(postgres_url: str):
+    from sqlalchemy.engine import make_url
+
+    from tests.bench_scripts import script
+
+    parsed = make_url(postgres_url)
+    return script("tcp_proxy").Proxy((parsed.host or "127.0.0.1", parsed.port or 5432))
+
+
+def _back_after(proxy, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, proxy.restore)
+    timer.start()
+    return timer
+
+
+def test_the_store_and_optunas_storage_wait_for_a_server_that_went_away(postgres_url):
+    """Cut for 3 s: a read during the cut waits, and both storages answer once it is back
+    (before, the first read after the cut raised)."""
+    import optuna
+
+    from autotune.storage._optuna import rdb_storage
+    from autotune.storage.store import Store
+
+    with _proxy(postgres_url) as proxy:
+        url = proxy.url(postgres_url)
+        store = Store.open(url)
+        storage = rdb_storage(url, create=True)
+        optuna.create_study(study_name="s", storage=storage).enqueue_trial({})
+        proxy.cut()
+        _back_after(proxy, 3.0)
+        started = time.monotonic()
+        assert store.list_studies() == []
+        assert time.monotonic() - started >= 2.5
+        proxy.cut()
+        _back_after(proxy, 2.0)
+        assert len(optuna.load_study(study_name="s", storage=storage).get_trials()) == 1
+        store.close()
+
+
+def test_a_server_away_longer_than_the_patience_is_one_clear_error(postgres_url, monkeypatch):
+    from autotune.storage.store import Store
+
+    monkeypatch.setenv("AUTOTUNE_DB_PATIENCE_S", "1.5")
+    with _proxy(postgres_url) as proxy:
+        store = Store.open(proxy.url(postgres_url))
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="check that it is reachable"):
+            store.list_studies()
+        assert 1.4 <= time.monotonic() - started < 10
+        store.close()
+
+
+def test_a_server_never_reached_is_reported_at_once_not_waited_for(postgres_url):
+    """The first connection is not retried: a wrong host or port is a mistake, not an
+    outage (the patience is the default, minutes)."""
+    from autotune.storage.store import Store
+
+    with _proxy(postgres_url) as proxy:
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="cannot open the database"):
+            Store.open(proxy.url(postgres_url))
+        assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "inf"])
+def test_a_bad_patience_is_refused_by_name(value, monkeypatch):
+    from autotune.ground.errors import UsageError
+    from autotune.storage.outage import patience_s
+
+    monkeypatch.setenv("AUTOTUNE_DB_PATIENCE_S", value)
+    with pytest.raises(UsageError, match="AUTOTUNE_DB_PATIENCE_S"):
+        patience_s()
+
+
+def test_retries_pause_longer_each_time_and_give_up_after_the_patience():
+    """`patiently` on a fake clock: pauses 0.5, 1, 2, 4, 8, 8 ... until the patience."""
+    from autotune.storage.outage import patiently
+
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    def never() -> None:
+        raise ConnectionError("refused")
+
+    with pytest.raises(ConnectionError):
+        patiently(never, ConnectionError, "db", 20.0, sleep=sleep, clock=lambda: now[0])
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 8.0, 4.5]
+    calls = iter([ConnectionError("refused"), ConnectionError("refused"), "up"])
+
+    def flaky() -> str:
+        item = next(calls)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    pauses.clear()
+    assert patiently(flaky, ConnectionError, "db", 20.0, sleep=sleep,
+                     clock=lambda: now[0]) == "up"
+    assert pauses == [0.5, 1.0]
+
+
+@pytest.mark.slow
+def test_a_study_rides_out_a_20_s_outage_of_its_postgresql(postgres_url):
+    """A real `autotune study` through the proxy, cut for 20 s while a trial's child runs
+    (each child pauses 3 s before it builds): it waits for the server and finishes with
+    exactly --trials, its trial's heartbeat going on after (before: it stopped)."""
+    from autotune.storage.store import Store
+    from autotune.study.measured import BUDGET_ROLES
+
+    script = Path(__file__).parent / "workloads" / "slow_build.py"
+    with _proxy(postgres_url) as proxy:
+        study = subprocess.Popen(
+            [sys.executable, "-m", "autotune", "study", "--space", "cpu", "--script",
+             str(script), "--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup",
+             "1", "--trials", "3", "--confirm", "0", "--name", "outage", "--storage",
+             proxy.url(postgres_url)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "COLUMNS": "100", "SLOW_BUILD_S": "3"})
+        watcher = Store.open(postgres_url)  # the server itself, not through the proxy
+        deadline = time.monotonic() + 300
+        while not [c for c in _claims(watcher) if c.state is ClaimState.RUNNING
+                   and c.role is Role.SEARCH]:
+            assert study.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)  # the trial's child pauses; its parent only waits
+        proxy.cut()
+        _back_after(proxy, 20.0)
+        out, _ = study.communicate(timeout=400)
+        assert study.returncode == 0, out
+        assert "cannot be reached" in out and "is back after" in out
+        assert "Traceback" not in out
+        assert watcher.held("outage", BUDGET_ROLES) == 3
+        watcher.close()
+
+
+def test_a_trials_heartbeat_goes_on_after_the_server_was_away(postgres_url):
+    """Optuna's own heartbeat thread ended at the first failed beat (a traceback on
+    stderr), and the trial then went stale under its live process."""
+    import optuna
+
+    from autotune.storage._optuna import beating, rdb_storage
+
+    with _proxy(postgres_url) as proxy:
+        storage = rdb_storage(proxy.url(postgres_url), create=True, heartbeat_s=1)
+        study = optuna.create_study(study_name="s", storage=storage)
+        trial = study.ask()
+        with beating(study, trial):
+            time.sleep(1.5)  # beating
+            proxy.cut()
+            time.sleep(2.5)  # beats fail meanwhile
+            before = _heartbeat(postgres_url, trial._trial_id)
+            proxy.restore()
+            time.sleep(2.5)
+            after = _heartbeat(postgres_url, trial._trial_id)
+        assert before is not None and after is not None and after > before
+        assert [t.name for t in threading.enumerate() if t.name.startswith("autotune-trial")
+                ] == []
+
+
+def _heartbeat(url: str, trial_id: int):
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        value = connection.execute(text(
+            "select heartbeat from trial_heartbeats where trial_id = :t"), {"t": trial_id}
+        ).scalar_one_or_none()
+    engine.dispose()
+    return value
+
+
+def _claims(store) -> list:
+    from autotune.ground.errors import StudyNotFoundError
+
+    try:
+        return store.claims("outage")
+    except StudyNotFoundError:
+        return []

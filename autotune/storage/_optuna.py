@@ -46,6 +46,7 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     from sqlalchemy.pool import NullPool
 
     from autotune.storage.engine import database_failure, reading_url
+    from autotune.storage.outage import ride_out_outages
 
     if not create:  # a reader: a SQLite file in a folder it cannot write is opened read-only
         url = reading_url(make_url(url)).render_as_string(hide_password=False)
@@ -55,7 +56,8 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
         extra["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S},
                                   "poolclass": NullPool}
     else:  # a server restarted under a study left dead pooled connections, which the next
-        # `fail_stale_trials` used and failed on (issue 31): test each before use, as the store
+        # `fail_stale_trials` used and failed on (issue 31): test each before use, as the store,
+        # and wait for a server that went away (`ride_out_outages`)
         extra["engine_kwargs"] = {"pool_pre_ping": True}
     if heartbeat_s:
         extra.update({"heartbeat_interval": heartbeat_s, "grace_period": 2 * heartbeat_s,
@@ -67,6 +69,8 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
                                                      **extra)
             if create and sqlite_file(make_url(url)):
                 immediate_transactions(storage.engine)
+            ride_out_outages(storage.engine, make_url(url).render_as_string(hide_password=True),
+                             reached=True)
             return storage
         except SQLAlchemyError as error:
             if not create or attempt == STORAGE_ATTEMPTS - 1:
@@ -182,26 +186,63 @@ def quiet_experimental() -> Iterator[None]:
 def beating(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     """Beat `trial`'s heartbeat (if the storage has heartbeats on) for the block.
 
-    Contract: however the block ends, Ctrl-C included, the heartbeat thread
-    has stopped when this returns. Optuna's thread is no daemon: one left
-    beating keeps the interpreter from exiting (seen in CI: a Ctrl-C that
-    landed inside `start()`, before the block, left it running and the
-    interrupted study printed its message and then hung). Starting it is
-    therefore shielded from Ctrl-C, which is raised once it is running, inside
-    the `try` that stops it.
-    """
-    from optuna.storages._heartbeat import get_heartbeat_thread
+    Optuna's own heartbeat thread ends at the first failed beat (a database
+    server that went away for a moment, issue 31), with a traceback on stderr,
+    and then the trial goes stale and is failed under the running process. So
+    this thread beats at Optuna's interval and, when a beat fails, logs it once
+    and tries again at the next one.
 
-    heartbeat = get_heartbeat_thread(trial._trial_id, study._storage)
-    started = False
+    Contract: however the block ends, Ctrl-C included, the thread has stopped
+    when this returns (a daemon besides, so none ever holds up the exit).
+    """
+    import threading
+
+    from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+
+    storage = study._storage
+    if not is_heartbeat_enabled(storage):
+        yield
+        return
+    assert isinstance(storage, BaseHeartbeat)
+    every = storage.get_heartbeat_interval()
+    assert every is not None
+    stop = threading.Event()
+    thread = threading.Thread(target=_beat, args=(storage, trial._trial_id, every, stop),
+                              name=f"autotune-trial-{trial._trial_id}-heartbeat", daemon=True)
     try:
-        with deferred_interrupt():
-            heartbeat.start()
-            started = True
+        with deferred_interrupt():  # a Ctrl-C here is raised once it runs, then stops it
+            thread.start()
         yield
     finally:
-        if started:
-            heartbeat.join()
+        stop.set()
+        if thread.ident is not None:
+            thread.join()
+
+
+def _beat(storage: Any, trial_id: int, every: float, stop: Any) -> None:
+    """Record the trial's heartbeat now and every `every` seconds until `stop` is set; a
+    failed beat is logged once per run of failures and tried again at the next."""
+    import logging
+
+    failing = False
+    while True:
+        try:
+            storage.record_heartbeat(trial_id)
+            failing = False
+        except Exception as error:  # the database away: say so once, keep trying
+            if not failing:
+                logging.getLogger(__name__).warning(
+                    "cannot record the heartbeat of trial %d (will keep trying): %s",
+                    trial_id, _driver_words(error))
+            failing = True
+        if stop.wait(every):
+            return
+
+
+def _driver_words(error: BaseException) -> str:
+    """The database driver's own words under Optuna's and SQLAlchemy's wrappers, one line."""
+    cause = error.__cause__ or error
+    return " ".join(str(getattr(cause, "orig", None) or cause).split())
 
 
 def trials_in(study: optuna.Study, state: str) -> list[Any]:

@@ -36,6 +36,7 @@ from autotune.ground.resources import data_dir
 from autotune.storage.models import (
     VERSION_TABLE,
 )
+from autotune.storage.outage import ride_out_outages
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -169,11 +170,12 @@ def _json_loads(text: str | bytes) -> Any:
 
 
 def _create_engine(url: URL, shown: str) -> Engine:
-    """The engine of a storage URL; on a SQLite file without a pool (`records.sqlite_file`)."""
+    """The engine of a storage URL; on a SQLite file without a pool (`records.sqlite_file`),
+    on a server waiting for it through an outage (`autotune.storage.outage`)."""
     pool = {"poolclass": NullPool} if sqlite_file(url) else {}
     try:
-        return create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True,
-                             json_deserializer=_json_loads, **pool)
+        engine = create_engine(url, connect_args=_connect_args(url), pool_pre_ping=True,
+                               json_deserializer=_json_loads, **pool)
     except exc.NoSuchModuleError as error:
         raise StorageError(
             f"unknown database kind {url.drivername!r} in storage URL {shown}; {URL_HINT}"
@@ -185,6 +187,8 @@ def _create_engine(url: URL, shown: str) -> Engine:
         ) from error
     except exc.ArgumentError as error:
         raise StorageError(f"invalid storage URL {shown}: {error}; {URL_HINT}") from error
+    ride_out_outages(engine, shown)
+    return engine
 
 
 def _write_ahead(engine: Engine) -> None:
