@@ -165,3 +165,26 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     bad = subprocess.run(args[:2] + [str(NORM_ACT), "--tune", "x=1"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr
+
+
+def test_the_cost_to_match_random_is_the_first_checkpoint_as_good_as_it():
+    """`matching`: the device-seconds a method spends to reach random search's captured gain
+    and share right at the last checkpoint, as a ratio of random's."""
+    outcome = script("outcome")
+
+    def figures(gains, rights, seconds):
+        return {"captured_gain": {b: None if g is None else {"median": g, "p10": 0.0}
+                                  for b, g in zip(("10", "20", "40"), gains, strict=True)},
+                "right": dict(zip(("10", "20", "40"), rights, strict=True)),
+                "device_seconds": dict(zip(("10", "20", "40"), seconds, strict=True))}
+
+    rand = figures([0.2, 0.6, 1.0], [0.3, 0.6, 0.85], [5.0, 9.0, 16.0])
+    study = figures([0.5, 1.0, 1.0], [0.5, 0.9, 0.9], [4.0, 8.0, 15.0])
+    assert outcome.cost_to_match(study, rand, "40") == {
+        "at": 20, "device_seconds": 8.0, "reference_at": 40,
+        "reference_device_seconds": 16.0, "ratio": 0.5}
+    worse = figures([0.5, 0.9, 0.95], [0.9, 0.9, 0.9], [4.0, 8.0, 15.0])
+    assert outcome.cost_to_match(worse, rand, "40")["at"] is None  # never the same gain
+    flat_rand = figures([None] * 3, [1.0, 1.0, 0.95], [5.0, 9.0, 16.0])
+    flat = figures([None] * 3, [0.9, 1.0, 1.0], [4.0, 8.0, 15.0])
+    assert outcome.cost_to_match(flat, flat_rand, "40")["at"] == 20  # right alone

@@ -143,3 +143,29 @@ def of_oracle(figures: dict[str, Any], limit: dict[str, Any]) -> dict[str, float
     best_gain = (limit["captured_gain"] or {}).get("median")
     return {"captured_gain": share(gain, best_gain), "right": share(figures["right"],
                                                                      limit["right"])}
+
+
+def cost_to_match(entry: dict[str, Any], reference: dict[str, Any], top: str
+                  ) -> dict[str, Any]:
+    """What `entry` (a method's figures by checkpoint, as `search_efficiency.report` keeps
+    them) spends to do as well as `reference` does at checkpoint `top`: its first
+    checkpoint whose median captured gain and share right are at least the reference's
+    there (the share right alone on a table without a gain), and the device-seconds of
+    both. `ratio` is the method's over the reference's (the issue's goal: at most 0.5);
+    `at` and `ratio` are None where no checkpoint matches."""
+    def gain(figures: dict[str, Any], b: str) -> float | None:
+        found = figures["captured_gain"][b]
+        return None if found is None else found["median"]
+
+    want_gain, want_right = gain(reference, top), reference["right"][top]
+    seconds = reference["device_seconds"][top]
+    for b in sorted(entry["right"], key=int):
+        mine = gain(entry, b)
+        if entry["right"][b] >= want_right and (want_gain is None or (
+                mine is not None and mine >= want_gain)):
+            spent = entry["device_seconds"][b]
+            return {"at": int(b), "device_seconds": spent, "reference_at": int(top),
+                    "reference_device_seconds": seconds,
+                    "ratio": round(spent / seconds, 3) if seconds else None}
+    return {"at": None, "device_seconds": None, "reference_at": int(top),
+            "reference_device_seconds": seconds, "ratio": None}

@@ -34,6 +34,10 @@ checkpoint (`outcome.py` defines each figure):
 - `device_seconds`: the median over seeds of every compile and timed process
   the study spent, confirmation included (from the recorded times; warm-up
   was not recorded); `timed`: the median processes the search timed;
+- `matching` (beside random search): the first checkpoint at which a method's
+  median captured gain and share right reach random search's at the last
+  checkpoint, and its device-seconds as a ratio of random's there (issue 30's
+  goal: at most half, at equal captured gain);
 - `of_oracle`: the captured gain and the share right as fractions of the
   `oracle`'s, which knows the best program and spends B plus the
   confirmation's budget (16 processes) measuring it against the defaults.
@@ -161,7 +165,8 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     `structure`, `oracle`: checkpoint -> the oracle's figures, `results`: one entry per
     sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
     became), `within`, `device_seconds`, `captured_gain`, `slower`, `right`, `timed` and
-    `of_oracle`, each keyed by checkpoint)."""
+    `of_oracle`, each keyed by checkpoint, and `matching`: the cost of doing as well as
+    random search at the last checkpoint, `outcome.cost_to_match`, where random was run)."""
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = loaded(str(path))
     defaults, best = outcome.truths(table)
@@ -195,7 +200,23 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
             say(f"{sampler:8} {rule:7} " + " ".join(
                 _cell({k: entry[k][str(b)] for k in ("captured_gain", "right")},
                       entry["within"]["2%"][str(b)]) for b in marks), flush=True)
+    _match_random(out, str(marks[-1]), say)
     return out
+
+
+def _match_random(out: dict[str, Any], top: str, say) -> None:
+    """Each method's cost to do as well as random search (same rule) does at the last
+    checkpoint (`outcome.cost_to_match`), as `matching` in each result entry."""
+    for entry in out["results"]:
+        reference = next((r for r in out["results"] if r["sampler"] == "random"
+                          and r["rule"] == entry["rule"]), None)
+        if reference is None or entry is reference:
+            continue
+        entry["matching"] = match = outcome.cost_to_match(entry, reference, top)
+        where = ("never" if match["at"] is None else
+                 f"at {match['at']} timed processes: {match['device_seconds']} device-s, "
+                 f"x{match['ratio']} of random's {match['reference_device_seconds']}")
+        say(f"{entry['sampler']} ({entry['rule']}) as good as random at {top}: {where}")
 
 
 def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
