@@ -48,6 +48,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kill_check import trial_processes  # a sibling script: the same scratch-folder marker
+
 ROOT = Path(__file__).resolve().parents[2]
 SLOW_BUILD = ROOT / "tests" / "workloads" / "slow_build.py"
 NAME = "fault"
@@ -175,19 +177,7 @@ class Processes:
 
     def alive(self) -> list[int]:
         """Live processes (not zombies) whose environment names this case's scratch folder."""
-        marker = f"TMPDIR={self.scratch}".encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if marker in environ.split(b"\0") and state != "Z":
-                found.append(int(entry.name))
-        return found
+        return trial_processes(self.folder)
 
     def clean_up(self) -> None:
         for pid in self.alive():
