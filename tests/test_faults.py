@@ -66,3 +66,14 @@ def test_each_running_claim_is_put_in_its_phase(role, key, phase):
     from types import SimpleNamespace
 
     assert fault_check.phase_of(SimpleNamespace(role=role, key=key)) == phase
+
+
+def test_a_case_is_resumed_with_its_own_commands():
+    """An outage's study is the slow-building workload's: running the matmul study again
+    on its database was refused (other settings), which the first full table showed."""
+    outage = fault_check.resume_commands(fault_check.Case("outage", "postgresql", seconds=3),
+                                         "postgresql://x/y")
+    assert [argv[argv.index("--script") + 1] for argv in outage] == [str(fault_check.SLOW_BUILD)]
+    worker = fault_check.resume_commands(
+        fault_check.Case("kill", "sqlite", "worker", "worker", "search"), "sqlite:///a.db")
+    assert [argv[0] for argv in worker] == ["study", "worker"]

@@ -248,6 +248,14 @@ def commands(mode: str, url: str) -> list[list[str]]:
     return [study]
 
 
+def resume_commands(case: Case, url: str) -> list[list[str]]:
+    """What a user runs again after the fault: the case's own commands (an outage's study,
+    its slow-building workload, straight to the server)."""
+    if case.kind == "outage":
+        return [["study", *_outage_study(), "--storage", url]]
+    return commands(case.mode if case.kind == "kill" else "study", url)
+
+
 def start_mode(procs: Processes, mode: str, url: str, deadline: float
                ) -> list[subprocess.Popen[str]]:
     """Start the mode's commands; a worker once the study exists in the database."""
@@ -367,8 +375,7 @@ def run_case(case: Case, postgres: str | None = None) -> Result:
             with database(case.backend, folder, postgres) as url:
                 {"kill": run_kill, "outage": run_outage, "crowd": run_crowd}[case.kind](
                     case, url, procs, result)
-                resumed = [procs.start(argv) for argv in commands(
-                    "study" if case.kind != "kill" else case.mode, url)]
+                resumed = [procs.start(argv) for argv in resume_commands(case, url)]
                 codes = procs.finish(resumed, CASE_TIMEOUT_S)
                 result.left = len(procs.alive())
                 _check(result, url, codes)
