@@ -7,10 +7,13 @@ them. Every AutotuneError ends as one line on stderr and its exit code
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from autotune.cli import apply, catalog, dashboard, importance, pgle, results, study, worker
 from autotune.cli._common import friendly
+from autotune.ground.resources import DISTRIBUTION, VERSION
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the best XLA flags for a JAX workload, measured honestly.")
@@ -46,6 +49,19 @@ flags_app.command("check", context_settings={"ignore_unknown_options": True})(
 benchmarks_app.command("list")(friendly(catalog.benchmarks_list))
 db_app.command("upgrade")(friendly(results.db_upgrade))
 db_app.command("current")(friendly(results.db_current))
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"autotune {VERSION} ({DISTRIBUTION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_show_version,
+        help="Print autotune's version and exit.")] = False) -> None:
+    """Find the best XLA flags for a JAX workload, measured honestly."""
 
 
 def main() -> None:
