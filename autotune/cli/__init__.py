@@ -15,7 +15,7 @@ from autotune.cli import apply, catalog, dashboard, importance, pgle, results, s
 from autotune.cli._common import friendly
 from autotune.ground.resources import DISTRIBUTION, VERSION
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=True, no_args_is_help=True,
                   help="Find the best XLA flags for a JAX workload, measured honestly.")
 spaces_app = typer.Typer(no_args_is_help=True, help="Search spaces.")
 benchmarks_app = typer.Typer(no_args_is_help=True, help="Built-in benchmark workloads.")

@@ -30,6 +30,16 @@ NOT_RECORDED = frozenset({
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
     "shrink", "pgle"})
 
+#: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
+#: (the samplers are `autotune.study.samplers.NAMES`; a test keeps the two equal).
+SAMPLER_CHOICES = ("auto", "tpe", "random", "grid", "nsga2", "gp")
+PRESET_CHOICES = ("tiny", "small", "large")
+
+
+def choices(*values: str) -> dict[str, Any]:
+    """A field's `json_schema_extra` listing the values its option takes."""
+    return {"choices": list(values)}
+
 #: The options every trial's job carries: those named as a field of the child's `Job`.
 JOB_FIELDS = frozenset(f.name for f in fields(Job))
 
@@ -86,15 +96,18 @@ class StudyOptions(Options):
     name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET).")
     sampler: str = Field("auto", description=(
         "auto, tpe, random, grid, nsga2 or gp (auto: grid when the whole space fits in "
-        "--trials, else tpe for one objective and nsga2 for two)."))
+        "--trials, else tpe for one objective and nsga2 for two)."),
+        json_schema_extra=choices(*SAMPLER_CHOICES))
     seed: int | None = Field(None, description="Seed of the sampler.")
     objective: str = Field("time", description=(
-        "time, memory, or time,memory for a Pareto front of both."))
+        "time, memory, or time,memory for a Pareto front of both."),
+        json_schema_extra=choices("time", "memory", "time,memory"))
     memory_budget: str | None = Field(None, description=(
         "Peak memory a configuration may use, e.g. 12GiB: those above it are infeasible and "
         "never reported as the winner."))
     timeout_per_trial: float = Field(300.0, ge=1, description="Seconds per trial.")
-    preset: str = Field("small", description="Workload size: tiny, small or large.")
+    preset: str = Field("small", description="Workload size: tiny, small or large.",
+                        json_schema_extra=choices(*PRESET_CHOICES))
     devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
     steps: int = Field(20, ge=3, description="Timed steps per trial.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
@@ -103,7 +116,8 @@ class StudyOptions(Options):
     settle_tolerance: float = Field(0.05, ge=0.001, le=0.5, description=(
         "Warm-up ends once the last 5 steps of every executable lie within this fraction of "
         "their median (0.05: 5%)."))
-    mode: str = Field("paired", description="paired (in-process vs baseline) or direct.")
+    mode: str = Field("paired", description="paired (in-process vs baseline) or direct.",
+                      json_schema_extra=choices("paired", "direct"))
     drop_unknown: bool = Field(False, description=(
         "Leave out the space's flags this XLA does not know, instead of stopping."))
     allow_backend_mismatch: bool = Field(False, description=(
@@ -199,7 +213,7 @@ class PgleOptions(Options):
         "A configuration `autotune export` wrote (default: XLA's defaults)."))
     mode: str = Field("manual", description=(
         "manual (003's profile run, conversion and performance run) or auto (JAX's "
-        "jax_enable_pgle)."))
+        "jax_enable_pgle)."), json_schema_extra=choices("manual", "auto"))
     profile_runs: int = Field(3, ge=1, description="Runs profiled.")
     percentile: float = Field(50.0, description=(
         "Percentile of each instruction's profiled durations."))
@@ -211,7 +225,8 @@ class PgleOptions(Options):
         "earlier profile there is replaced)."))
     profile: str | None = Field(None, description=(
         "Use this profile instead of collecting one; refused where stale."))
-    preset: str = Field("small", description="Workload size: tiny, small or large.")
+    preset: str = Field("small", description="Workload size: tiny, small or large.",
+                        json_schema_extra=choices(*PRESET_CHOICES))
     devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
     steps: int = Field(20, ge=3, description="Timed steps per process.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
