@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cli_runner import invoke
@@ -53,3 +54,48 @@ def test_the_completion_script_can_be_shown():
                           timeout=60)
     assert done.returncode == 0
     assert "_AUTOTUNE_COMPLETE=complete_bash" in done.stdout
+
+
+def _json(*args: str, cwd) -> object:
+    import json
+
+    done = invoke(*args, "--format", "json", cwd=cwd)
+    assert done.exit_code in (0, 1), done.output
+    return json.loads(done.stdout)
+
+
+def test_spaces_list_show_and_validate_speak_json(tmp_path):
+    listed = _json("spaces", "list", cwd=tmp_path)
+    cpu = next(row for row in listed if row["space"] == "cpu")
+    assert set(cpu) == {"space", "backend", "parameters", "configurations", "description"}
+    assert (cpu["backend"], cpu["parameters"], cpu["configurations"]) == ("cpu", 8, 180)
+    shown = _json("spaces", "show", "cpu", cwd=tmp_path)
+    assert shown["configurations"] == 180 and len(shown["params"]) == 8
+    level = next(p for p in shown["params"] if p["name"] == "xla_backend_optimization_level")
+    assert level["candidates"] == [0, 1, 2, 3] and level["unset_allowed"] is True
+    nans = next(p for p in shown["params"] if p["name"] == "xla_cpu_fast_math_honor_nans")
+    assert nans["only_when"] == {"xla_cpu_enable_fast_math": True}
+    assert nans["group"] == "fast-math-relaxed"
+    [group] = shown["groups"]
+    assert group["choices"]["on"]["xla_cpu_fast_math_honor_nans"] is False
+    assert group["choices"]["off"] == {}
+    root = Path(__file__).resolve().parents[1]
+    valid = _json("spaces", "validate", str(root / "search_spaces/cpu.yaml"), cwd=tmp_path)
+    assert valid["valid"] is True and valid["space"] == "cpu"
+
+
+def test_flags_list_show_and_check_speak_json(tmp_path):
+    listed = _json("flags", "list", "--space", "cpu", cwd=tmp_path)
+    fast = next(row for row in listed if row["flag"] == "xla_cpu_enable_fast_math")
+    assert fast == {"flag": "xla_cpu_enable_fast_math", "type": "bool", "default": False,
+                    "recommended": None, "backend": "cpu", "channel": "xla_flags",
+                    "status": ""}
+    shown = _json("flags", "show", "xla_cpu_enable_fast_math", cwd=tmp_path)
+    assert shown["name"] == "xla_cpu_enable_fast_math"
+    assert shown["this_xla"]["status"] == "accepted"
+    checked = _json("flags", "check", "--xla_cpu_enable_fast_math=true --xla_bogus_flag=1",
+                    cwd=tmp_path)
+    assert checked["checked"] == 2 and checked["aborting"] == 1
+    [finding] = checked["findings"]
+    assert (finding["flag"], finding["kind"], finding["would_abort"]) == (
+        "xla_bogus_flag", "unknown", True)
