@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -261,6 +262,30 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
                       literal(row["preset"]), str(row["devices"]), str(row["trials"]),
                       str(row["runs"]), row["created"][:16].replace("T", " "))
     out.print(table)
+
+
+def delete(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    storage: StorageOpt = DEFAULT_STORAGE,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Delete without asking (needed where no one can answer).")] = False,
+) -> None:
+    """Delete a study and every run of it, so that the same `autotune study` starts over
+    (a workload fixed after its baseline failed, or one whose file changed)."""
+    from autotune.api.store import delete_study
+    from autotune.ground.errors import UsageError
+
+    store = open_store(storage, must_exist=True)
+    runs = len(store.runs(study_name))  # also: a missing study is refused before asking
+    store.close()
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting study '{study_name}' ({runs} runs) needs --yes where "
+                             "no one can answer the question; nothing was deleted")
+        if not typer.confirm(f"delete study '{study_name}' and its {runs} runs?"):
+            raise typer.Exit(1)
+    deleted = delete_study(storage, study_name)
+    out.print(f"deleted study '{literal(study_name)}' and its {deleted} runs", highlight=False)
 
 
 def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE,
