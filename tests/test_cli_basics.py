@@ -99,3 +99,45 @@ def test_flags_list_show_and_check_speak_json(tmp_path):
     [finding] = checked["findings"]
     assert (finding["flag"], finding["kind"], finding["would_abort"]) == (
         "xla_bogus_flag", "unknown", True)
+
+
+def _bench(path: str, tmp_path) -> tuple[int, dict]:
+    import json
+
+    from child_env import cpu_child_env
+
+    env = cpu_child_env(1)
+    env["AUTOTUNE_JOB"] = json.dumps({"schema_version": 1, "steps": 3, "warmup": 1,
+                                      "compiler_options": {}})
+    done = subprocess.run([sys.executable, "-m", "autotune.bench", path, "--preset", "tiny"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_a_workload_may_return_a_plain_step_and_its_arguments(tmp_path):
+    code, result = _bench(str(Path(__file__).parent / "workloads" / "pair.py"), tmp_path)
+    assert code == 0 and result["status"] == "ok", result.get("message")
+    assert len(result["step_times_s"]) == 3
+
+
+def test_measuring_a_missing_file_by_hand_fails_and_says_so(tmp_path):
+    code, result = _bench(str(tmp_path / "missing.py"), tmp_path)
+    assert code == 1
+    assert result["status"] == "compile_error"
+    assert "no workload file" in result["message"]
+
+
+def test_the_example_workload_is_written_where_the_user_is(tmp_path):
+    done = invoke("benchmarks", "example", cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    written = tmp_path / "my_step.py"
+    root = Path(__file__).resolve().parents[1]
+    assert written.read_text() == (root / "benchmarks/examples/my_step.py").read_text()
+    assert "--script my_step.py" in done.output
+    again = invoke("benchmarks", "example", cwd=tmp_path)
+    assert again.exit_code == 2 and "exists: pass --force" in again.output
+    program = invoke("benchmarks", "example", "program", "-o", "p.py", cwd=tmp_path)
+    assert program.exit_code == 0
+    assert (tmp_path / "p.py").read_text() == (
+        root / "benchmarks/examples/my_program.py").read_text()

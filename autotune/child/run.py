@@ -172,7 +172,8 @@ def write_result(path: str | None, body: dict[str, Any]) -> None:
 
 
 def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> int:
-    """Build the workload, run the job from `environ`, write the result; return 0.
+    """Build the workload, run the job from `environ`, write the result; return 0 (by
+    hand, with the result printed: 1 when it is not `ok`, so a shell sees the failure).
 
     Faults outside the measured code (a missing file, a bad contract, the
     workload's own exception) also end up in the file, classified. The
@@ -197,10 +198,11 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> i
     except Exception as exc:  # the workload's own failure (OOM while building, a bug...)
         found = classified(exc)
         body.update(status=found.kind, message=str(found)[-MESSAGE_CHARS:])
-    write_result(result_path(environ), body)
+    path = result_path(environ)
+    write_result(path, body)
     if failed and process_total(environ) > 1:
         _leave_now(1)
-    return 0
+    return 0 if path or body["status"] == "ok" else 1
 
 
 def _leave_now(code: int) -> None:

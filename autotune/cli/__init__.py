@@ -48,6 +48,7 @@ flags_app.command("show")(friendly(catalog.flags_show))
 flags_app.command("check", context_settings={"ignore_unknown_options": True})(
     friendly(catalog.flags_check))
 benchmarks_app.command("list")(friendly(catalog.benchmarks_list))
+benchmarks_app.command("example")(friendly(catalog.benchmarks_example))
 db_app.command("upgrade")(friendly(results.db_upgrade))
 db_app.command("current")(friendly(results.db_current))
 

@@ -88,6 +88,31 @@ def benchmarks_list(
     out.print(table)
 
 
+def benchmarks_example(
+    which: Annotated[str, typer.Argument(
+        help="step (a workload file, for --script) or program (for --command).")] = "step",
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="File to write (default my_step.py or my_program.py here).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a file that exists.")] = False,
+) -> None:
+    """Write the README's example workload where you are, to edit into your own."""
+    import shutil
+
+    from autotune.ground.errors import UsageError
+    from autotune.ground.resources import data_dir
+
+    one_of(which, ["step", "program"], "example")
+    source = data_dir("benchmarks") / "examples" / f"my_{which}.py"
+    target = output or Path(source.name)
+    if target.exists() and not force:
+        raise UsageError(f"{target} exists: pass --force to replace it, or -o another file")
+    shutil.copyfile(source, target)
+    use = (f"autotune study --space cpu --script {target} --preset small" if which == "step"
+           else f'autotune study --space cpu --command "python {target} --size 256"')
+    out.print(f"wrote {literal(target)}; try: {literal(use)}", highlight=False, soft_wrap=True)
+
+
 def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML file.")],
                 fmt: FormatOpt = OutputFormat.TABLE) -> None:
     """Show a space's parameters, their candidates and where each comes from.
