@@ -141,3 +141,24 @@ def test_the_example_workload_is_written_where_the_user_is(tmp_path):
     assert program.exit_code == 0
     assert (tmp_path / "p.py").read_text() == (
         root / "benchmarks/examples/my_program.py").read_text()
+
+
+def test_an_event_prints_as_one_short_line():
+    """Printing a `TrialEvent` dumped every step time (issue 32)."""
+    from autotune.ground.records import (
+        Measurement,
+        MeasureMode,
+        OutcomeKind,
+        Role,
+        TrialOutcome,
+    )
+    from autotune.study.plan import TrialEvent
+
+    m = Measurement(tuple(0.01 + i * 1e-5 for i in range(500)), 0.5, mode=MeasureMode.PAIRED,
+                    baseline_step_times_s=(0.0105,) * 500, fingerprint="f" * 64)
+    event = TrialEvent(3, Role.SEARCH, TrialOutcome(OutcomeKind.OK, "", m, 2.0,
+                                                     stderr_tail="x" * 4000),
+                       0.95, 0.95, 3, 12)
+    text = repr(event)
+    assert len(text) < 400, text
+    assert "500 steps" in text and "ratio 1.190" in text and "program ffffffffffff" in text

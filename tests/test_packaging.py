@@ -234,3 +234,9 @@ def test_a_command_of_the_dashboard_extra_without_it_names_the_extra(
     assert f"needs the dashboard extra ({missing} not installed)" in done.output
     assert "pip install 'xla-autotune[dashboard]'" in done.output
     assert not (tmp_path / "autotune.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.slow
+def test_the_installed_package_says_it_is_typed(installed):
+    """`py.typed` ships, so a type checker reads autotune's annotations (issue 32)."""
+    assert (installed / "autotune" / "py.typed").is_file()
