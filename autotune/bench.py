@@ -55,8 +55,9 @@ def report(work: Workload | Callable[[], Workload]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m autotune.bench FILE [--preset P]`: measure one workload file."""
-    return child_main(argv)
+    """`python -m autotune.bench FILE [--preset P]`: measure one workload file; exit 1
+    when the result it prints is not `ok`."""
+    return child_main(argv, strict=True)
 
 
 if __name__ == "__main__":
