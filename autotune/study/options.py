@@ -124,8 +124,9 @@ class StudyOptions(Options):
         "Run a space meant for another backend than JAX reports here."))
     confirm: int = Field(3, ge=0, description=(
         "Re-measure the best K configurations after the search (0: skip)."))
-    confirm_repeats: int = Field(4, ge=2, description=(
-        "Fresh processes per confirmed configuration."))
+    confirm_repeats: int = Field(2, ge=2, description=(
+        "Fresh processes per confirmed configuration, before sequential confirmation "
+        "(shrinking and PGLE take at least 4)."))
     confirm_max: int = Field(16, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation)."))
@@ -164,14 +165,21 @@ class StudyOptions(Options):
         return Job(**{k: getattr(self, k) for k in type(self).model_fields if k in JOB_FIELDS})
 
 
+#: Fresh processes per measurement of shrinking and PGLE at least (`AfterSearch`). The
+#: confirmation's own rounds default to 2 (`--confirm-repeats`: chosen leave-one-workload-out
+#: from 2, 3 and 4 on the recorded tables; README, Search), then sequential confirmation adds
+#: processes where they are needed; shrinking and PGLE keep the 4 they had.
+MEASURE_REPEATS = 4
+
+
 @dataclass(frozen=True)
 class AfterSearch:
     """What a study does once its search is done (the recipe keeps it for workers).
 
     Attributes:
         confirm: re-measure the best K configurations (0: skip everything after).
-        confirm_repeats: fresh processes per confirmed configuration (and per
-            shrinking and PGLE measurement).
+        confirm_repeats: fresh processes per confirmed configuration in the rounds
+            before sequential confirmation; shrinking and PGLE take `measure_repeats`.
         confirm_max: sequential confirmation's cap of processes per configuration
             (`autotune.study.confirm.sequential`; 0 or at most `confirm_repeats`: off).
         shrink: shrink the recommendation to the flags that matter.
@@ -179,10 +187,16 @@ class AfterSearch:
     """
 
     confirm: int = 3
-    confirm_repeats: int = 4
+    confirm_repeats: int = 2
     shrink: bool = True
     pgle: int = 0
     confirm_max: int = 16
+
+    @property
+    def measure_repeats(self) -> int:
+        """Fresh processes per measurement of shrinking and of PGLE: `confirm_repeats`, at
+        least `MEASURE_REPEATS` (their verdicts have no sequential phase to add more)."""
+        return max(self.confirm_repeats, MEASURE_REPEATS)
 
     @classmethod
     def of(cls, options: StudyOptions, *, confirm: int | None = None,

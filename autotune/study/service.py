@@ -64,11 +64,11 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
                           on_start=lambda count: watch.confirming(count, after.confirm_repeats)):
         watch.nothing_to_confirm()
     if after.shrink:
-        watch.shrunk(runner.shrink(after.confirm_repeats, on_run=watch.shrinking))
+        watch.shrunk(runner.shrink(after.measure_repeats, on_run=watch.shrinking))
     if not after.pgle:
         return
     if why := pgle_refusal(runner.plan):
         watch.pgle_skipped(why)
         return
-    watch.pgle_starting(after.pgle, after.confirm_repeats)
-    runner.pgle(after.pgle, after.confirm_repeats, on_run=watch.pgle_measured)
+    watch.pgle_starting(after.pgle, after.measure_repeats)
+    runner.pgle(after.pgle, after.measure_repeats, on_run=watch.pgle_measured)
