@@ -162,3 +162,22 @@ def test_an_event_prints_as_one_short_line():
     text = repr(event)
     assert len(text) < 400, text
     assert "500 steps" in text and "ratio 1.190" in text and "program ffffffffffff" in text
+
+
+def test_quiet_prints_nothing_but_errors_and_verbose_logs_notes(tmp_path):
+    import logging
+
+    quiet = invoke("-q", "spaces", "list", cwd=tmp_path)
+    assert quiet.exit_code == 0 and quiet.output == ""
+    wrong = invoke("-q", "spaces", "show", "nope", cwd=tmp_path)
+    assert wrong.exit_code == 2 and "unknown search space 'nope'" in wrong.output
+    asked = invoke("-q", "spaces", "list", "--format", "json", cwd=tmp_path)
+    assert '"space": "cpu"' in asked.output  # what a script asked for still comes
+    again = invoke("spaces", "list", cwd=tmp_path)
+    assert "cpu" in again.output  # one run's -q does not outlive it
+    assert invoke("-vv", "spaces", "list", cwd=tmp_path).exit_code == 0
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.DEBUG
+    invoke("-v", "spaces", "list", cwd=tmp_path)
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.INFO
+    invoke("spaces", "list", cwd=tmp_path)
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.WARNING

@@ -53,7 +53,7 @@ def test_pgle_measures_what_export_writes_with_a_profile_stored_in_the_database(
     assert len(pgle) == 4 and {k for _, k, _ in pgle} == {"ok"}  # at least 4 (MEASURE_REPEATS)
     assert len({t for t, _, _ in pgle}) == 1
     facts = [json.loads(e) if isinstance(e, str) else e for _, _, e in pgle]
-    assert [f["pgle"]["collected"] for f in facts] == [True, False, False, False]  # round 0 profiles
+    assert [f["pgle"]["collected"] for f in facts] == [True, False, False, False]  # round 0
     art = _rows(url, "select trial_number, kind, content, meta from autotune_artifacts")
     flags = _rows(url, "select flags from autotune_runs where role = 'pgle'")[0][0]
     flags = json.loads(flags) if isinstance(flags, str) else flags
