@@ -84,3 +84,22 @@ def test_a_fixed_workload_starts_over_with_restart(tmp_path, monkeypatch):
         runs = store.runs("cpu-matmul-tiny")
     baseline = [r for r in runs if r.role is Role.BASELINE]
     assert len(baseline) == 1 and baseline[0].outcome.ok
+
+
+@pytest.mark.slow
+def test_keep_trial_files_keeps_every_trials_folder_with_its_full_logs(tmp_path):
+    import json
+
+    kept = tmp_path / "kept"
+    done = invoke(*STUDY, "--trials", "2", "--keep-trial-files", str(kept), cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    folders = sorted(kept.glob("autotune-trial-*"))
+    with Store.open(f"sqlite:///{tmp_path / 'autotune.db'}") as store:
+        runs = store.runs("cpu-matmul-tiny")
+    assert len(folders) == len(runs) >= 2
+    for folder in folders:
+        assert {"stdout.txt", "stderr.txt", "result.json", "flags.json"} <= {
+            p.name for p in folder.iterdir()}
+    measured = sorted(json.dumps(json.loads((f / "flags.json").read_text())["flags"],
+                                 sort_keys=True) for f in folders)
+    assert measured == sorted(json.dumps(dict(r.flags), sort_keys=True) for r in runs)

@@ -28,7 +28,7 @@ NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
-    "shrink", "pgle"})
+    "shrink", "pgle", "keep_trial_files"})
 
 #: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
 #: (the samplers are `autotune.study.samplers.NAMES`; a test keeps the two equal).
@@ -135,6 +135,9 @@ class StudyOptions(Options):
     shrink: bool = Field(True, description=(
         "After confirmation, drop the recommended configuration's flags that do not matter "
         "(compile without each, then time without each; paired mode)."))
+    keep_trial_files: str | None = Field(None, description=(
+        "Keep each trial's folder (full stdout and stderr, result, XLA's artifacts, "
+        "flags.json) in this folder instead of deleting it."))
     trial_memory_limit: str | None = Field(None, description=(
         "Resident-memory limit of each trial (its processes together), e.g. 16GiB; above "
         "it the trial is killed and recorded as oom (default: none)."))
