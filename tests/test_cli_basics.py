@@ -181,3 +181,19 @@ def test_quiet_prints_nothing_but_errors_and_verbose_logs_notes(tmp_path):
     assert logging.getLogger("autotune").getEffectiveLevel() == logging.INFO
     invoke("spaces", "list", cwd=tmp_path)
     assert logging.getLogger("autotune").getEffectiveLevel() == logging.WARNING
+
+
+def test_prose_wraps_on_a_terminal_only(monkeypatch):
+    """Prose was hard-wrapped at 80 columns even when piped (issue 32)."""
+    from autotune.cli import _common
+
+    assert _common.prose_width() is None  # pytest's output is no terminal
+    with _common.out.capture() as piped:
+        _common.say("word " * 40)
+    assert len(piped.get().strip().splitlines()) == 1
+    monkeypatch.setattr(type(_common.out), "is_terminal", property(lambda self: True))
+    assert _common.prose_width() == _common.TABLE_WIDTH
+    with _common.out.capture() as shown:
+        _common.say("word " * 40)
+    lines = shown.get().strip().splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 80

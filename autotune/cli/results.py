@@ -24,6 +24,7 @@ from autotune.cli._common import (
     out,
     print_json,
     require_database,
+    say,
 )
 
 
@@ -54,9 +55,8 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
         print_json(results.best_json(rows))
         return
     rec = results.recommendation
-    out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
-                      if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
-              highlight=False, width=TABLE_WIDTH)
+    say(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
+                if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"))
     title = (f"{literal(study_name)}: {literal(record.benchmark)} "
              f"({literal(record.preset)}) on {literal(record.space)}")
     groups = environments(runs)
@@ -69,7 +69,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
     if record.multi_objective:
         _print_pareto(record, runs)
     for note in study_notes(record, runs, rows):
-        out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
+        say(literal(note.text))
 
 
 def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
@@ -237,8 +237,8 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
         out.print(f"with the PGLE profile {literal(pgle['profile'])} beside it (x"
                   f"{pgle['speedup']:.3f} over the same flags without it): keep the two "
                   "files together", highlight=False)
-    out.print(("recommended: " if document["recommended"] else "not recommended: ")
-              + literal(document["reason"]), highlight=False, width=TABLE_WIDTH)
+    say(("recommended: " if document["recommended"] else "not recommended: ")
+        + literal(document["reason"]))
     out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
               highlight=False)
 
