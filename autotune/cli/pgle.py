@@ -12,13 +12,13 @@ import inspect
 from typing import Any
 
 from autotune.cli._common import (
+    TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
     err,
     literal,
     out,
     print_json,
-    prose_width,
 )
 from autotune.cli._options import option_parameters
 from autotune.ground.errors import AutotuneError
@@ -107,8 +107,7 @@ def _print(body: dict[str, Any]) -> None:
     if body["note"]:
         rows.append(("note", body["note"]))
     for label, text in rows:
-        for line in textwrap.wrap(text, width=prose_width() or 10**6,
-                                  initial_indent=label.ljust(14),
+        for line in textwrap.wrap(text, width=TABLE_WIDTH, initial_indent=label.ljust(14),
                                   subsequent_indent=" " * 14, break_long_words=False,
                                   break_on_hyphens=False):
             out.print(literal(line), highlight=False, soft_wrap=True)
