@@ -45,6 +45,10 @@ GRID_LIMIT = 20_000
 #: rank test did not call significant (p=0.245; counted in launched trials by the
 #: single-measurement rule, before evidence was pooled by program: commit 044c1b4).
 TPE_STARTUP = 4
+#: What `auto` runs for one objective on a space too large for `grid`: "tpe" or
+#: "random". A rule of `auto`, so it is chosen leave-one-workload-out
+#: (`benchmarks/scripts/leave_one_out.py`; the README's Search section).
+AUTO_ONE_OBJECTIVE = "tpe"
 
 
 class Objective(StrEnum):
@@ -151,13 +155,14 @@ def choose_sampler(name: str, objectives: tuple[Objective, ...], space: Space,
 
 def _auto(objectives: tuple[Objective, ...], space: Space, trials: int) -> SamplerChoice:
     """`grid` when the space's size (counted, never enumerated) fits both the trial
-    budget and `GRID_LIMIT`; else `tpe` for one objective, `nsga2` for two."""
+    budget and `GRID_LIMIT`; else `AUTO_ONE_OBJECTIVE` for one objective, `nsga2` for
+    two."""
     size = space.size()
     if size is not None and size <= min(trials, GRID_LIMIT):
         return SamplerChoice("grid", f"the space's {size} configurations fit in {trials} trials")
     if len(objectives) > 1:
         return SamplerChoice("nsga2", "two objectives")
-    return SamplerChoice("tpe", "one objective" + _why_not_grid(size, trials))
+    return SamplerChoice(AUTO_ONE_OBJECTIVE, "one objective" + _why_not_grid(size, trials))
 
 
 def _why_not_grid(size: int | None, trials: int) -> str:

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-#: what `autotune study` confirms by default: the best 3, 4 fresh processes each, then
+#: what `autotune study` confirms by default: the best 3, 2 fresh processes each, then
 #: sequentially up to 16 processes per configuration (`--confirm-max`)
-CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 4, 16
+CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 2, 16
 #: the processes confirmation may spend on one configuration, at most (the oracle's share)
 CONFIRM_BUDGET = max(CONFIRM_TOP * CONFIRM_REPEATS, CONFIRM_MAX)
 

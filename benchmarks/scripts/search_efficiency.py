@@ -19,7 +19,7 @@ runs a study planned with `--trials B`, the budget a user gives, so `auto`
 resolves as it does for them; it stops once B processes have timed something
 (a trial whose program was timed already only compiles, so a study may time
 fewer), and is then confirmed as `autotune study` confirms by default (the best
-3 configurations, 4 fresh processes each, then sequentially up to 16 processes
+3 configurations, 2 fresh processes each, then sequentially up to 16 processes
 for the leader, `--confirm-max`). Per table, sampler, rule and
 checkpoint (`outcome.py` defines each figure):
 
