@@ -9,7 +9,9 @@ Contract for a workload file (the benchmarks in `benchmarks/` and a user's
         ...  # build arrays on jax.devices(), return the step and its arguments
 
 `Workload.step` is a function of `*args` (a `jax.jit`-wrapped one keeps its
-shardings); autotune jits it if it is not. The file never imports optuna,
+shardings); autotune jits it if it is not. `workload(preset)` may also return a
+plain `(step, args)` pair. By hand, `python -m autotune.bench` exits 1 when the
+result it prints is not `ok` (a missing file, a workload that fails). The file never imports optuna,
 sqlalchemy or the autotune CLI. `python -m autotune.bench FILE --preset P`
 measures a workload file on its own (the trial child, `autotune.child`,
 does the work). The child calls `workload(preset)` before it touches JAX
@@ -53,8 +55,9 @@ def report(work: Workload | Callable[[], Workload]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m autotune.bench FILE [--preset P]`: measure one workload file."""
-    return child_main(argv)
+    """`python -m autotune.bench FILE [--preset P]`: measure one workload file; exit 1
+    when the result it prints is not `ok`."""
+    return child_main(argv, strict=True)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,27 @@ def test_a_missing_study_or_database_says_what_to_do(tmp_path):
 def test_a_bad_plan_is_refused_before_anything_runs(options, message):
     with pytest.raises(UsageError, match=message):
         autotune.Study.create(**options)
+
+
+def test_create_takes_every_study_option_by_name_with_its_default():
+    """Typed keyword arguments, not **options (issue 32), kept equal to StudyOptions."""
+    import inspect
+
+    from autotune.study.options import StudyOptions
+
+    params = dict(inspect.signature(autotune.Study.create).parameters)
+    params.pop("storage")
+    fields = StudyOptions.model_fields
+    assert list(params) == list(fields)
+    for name, param in params.items():
+        assert param.kind is inspect.Parameter.KEYWORD_ONLY
+        assert param.annotation is not inspect.Parameter.empty, name
+        default = fields[name].default
+        expected = inspect.Parameter.empty if fields[name].is_required() else default
+        assert param.default == expected, name
+
+
+def test_a_mistyped_argument_is_named_at_the_users_call():
+    with pytest.raises(TypeError, match=r"Study.create\(\) got an unexpected keyword "
+                                        r"argument 'trails'"):
+        autotune.Study.create(space="cpu", trails=3)  # type: ignore[call-arg]

@@ -192,7 +192,7 @@ def test_cluster_readme_names_the_recipes_and_the_worker_command() -> None:
     for name in (SBATCH.name, K8S.name):
         assert f"]({name})" in readme
     assert 'autotune worker --study "$STUDY" --storage "$AUTOTUNE_STORAGE" --until-done' in readme
-    assert 'pip install "autotune[postgres]"' in readme
+    assert 'pip install "xla-autotune[postgres]"' in readme
     assert "postgresql+psycopg://" in readme
 
 

@@ -179,9 +179,12 @@ def test_best_says_what_it_recommends_in_one_line_above_its_table(db, confirmed,
     make_study(db, confirmed=confirmed)
     result = CliRunner().invoke(app, ["best", "s", "--storage", db])
     assert result.exit_code == 0, result.output
-    above, table = result.output.split("┏", 1)  # the sentence, wrapped at 80, then the table
-    assert " ".join(above.split()).startswith(first) and table
-    assert max(len(line) for line in result.output.splitlines()) <= 80
+    above, table = result.output.split("┏", 1)  # the sentence, then the table
+    # piped (no terminal): the sentence is one line, never wrapped; the table fits 80 columns
+    assert [line for line in above.splitlines() if line.strip()][0].startswith(first)
+    assert len([line for line in above.splitlines() if line.strip()]) == 2  # and the title
+    assert max(len(line) for line in ("┏" + table).splitlines()
+               if line[:1] in "┏┃┡│└") <= 80
     rows = json.loads(CliRunner().invoke(app, ["best", "s", "--format", "json",
                                                "--storage", db]).output)
     assert [row["recommended"] for row in rows] == [False, confirmed == 0.8, False]

@@ -176,3 +176,67 @@ def test_the_mutation_testing_configuration_names_files_that_exist():
         if name:
             assert "  # " in line, f"equivalent mutant {name} needs a reason after '  # '"
             assert any(name.startswith(m + ".x") for m in modules), f"{name}: not a mutated module"
+
+
+def _requires(installed: Path) -> tuple[str, list[str]]:
+    """(the distribution's name, its Requires-Dist lines) from the installed metadata."""
+    [info] = installed.glob("*.dist-info")
+    lines = (info / "METADATA").read_text().splitlines()
+    name = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Name:"))
+    return name, [line.split(":", 1)[1].strip() for line in lines
+                  if line.startswith("Requires-Dist:")]
+
+
+@pytest.mark.slow
+def test_the_core_install_has_no_dashboard_library_and_the_extra_has_them(installed):
+    """The index's `autotune` is another project: this one installs as xla-autotune, and a
+    training script that only calls `load_config` does not pay for plotly, matplotlib or
+    Pillow (issue 32)."""
+    import re
+
+    name, requires = _requires(installed)
+    assert name == "xla-autotune"
+
+    def project(line: str) -> str:
+        return re.split(r"[\s\[<>=!~;]", line, maxsplit=1)[0].lower()
+
+    core = {project(r) for r in requires if "extra ==" not in r}
+    dashboard = {project(r) for r in requires if re.search(r"extra == .dashboard.", r)}
+    assert {"optuna", "sqlalchemy", "typer", "jax"} <= core
+    assert not core & {"plotly", "matplotlib", "pillow", "starlette", "uvicorn", "jinja2"}
+    assert {"plotly", "matplotlib", "starlette", "uvicorn", "jinja2"} <= dashboard
+
+
+def test_version_names_the_version_and_the_distribution(tmp_path):
+    from cli_runner import invoke
+
+    from autotune import __version__
+
+    done = invoke("--version", cwd=tmp_path)
+    assert done.exit_code == 0
+    assert done.stdout.strip() == f"autotune {__version__} (xla-autotune)"
+
+
+@pytest.mark.parametrize(("args", "missing"), [
+    (["dashboard"], "plotly"), (["report", "s"], "jinja2"),
+    (["report", "s", "--format", "md"], "matplotlib")])
+def test_a_command_of_the_dashboard_extra_without_it_names_the_extra(
+        args, missing, tmp_path, monkeypatch):
+    import importlib.util
+
+    from cli_runner import invoke
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == missing else found(name, *rest))
+    done = invoke(*args, cwd=tmp_path)
+    assert done.exit_code == 2
+    assert f"needs the dashboard extra ({missing} not installed)" in done.output
+    assert "pip install 'xla-autotune[dashboard]'" in done.output
+    assert not (tmp_path / "autotune.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.slow
+def test_the_installed_package_says_it_is_typed(installed):
+    """`py.typed` ships, so a type checker reads autotune's annotations (issue 32)."""
+    assert (installed / "autotune" / "py.typed").is_file()

@@ -47,3 +47,22 @@ def open_store(url: str, must_exist: bool, write: bool = False,
     if must_exist:
         require_database(url)
     return Store.open(url, upgrade=write, foreign_ok=foreign_ok)
+
+
+def delete_study(url: str, name: str) -> int:
+    """Delete the study called `name` from the database at `url`: autotune's rows (runs,
+    claims, artifacts, the study) and Optuna's study of the same name. Returns how many
+    runs it held.
+
+    Raises:
+        StudyNotFoundError: no database there, or no such study (the known ones named).
+    """
+    from autotune.storage._optuna import delete_optuna_study
+
+    store = open_store(url, must_exist=True, write=True)
+    try:
+        runs = store.delete_study(name)
+        delete_optuna_study(store.url, name)
+    finally:
+        store.close()
+    return runs

@@ -39,9 +39,33 @@ class Study:
 
     @classmethod
     def create(cls, *, space: str, storage: str = DEFAULT_STORAGE,
-               **options: Any) -> Study:
-        """Plan a study (see `plan_study` for the options); nothing is measured yet."""
-        planned = plan_study(space=space, **options)
+               benchmark: str = "transformer", script: str | Path | None = None,
+               command: str | None = None, trials: int = 12, name: str | None = None,
+               sampler: str = "auto", seed: int | None = None, objective: str = "time",
+               memory_budget: str | None = None, timeout_per_trial: float = 300.0,
+               preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
+               max_warmup: int = 30, settle_tolerance: float = 0.05, mode: str = "paired",
+               drop_unknown: bool = False, allow_backend_mismatch: bool = False,
+               confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 16,
+               prune_margin: float | None = 1.3, shrink: bool = True,
+               keep_trial_files: str | Path | None = None,
+               trial_memory_limit: str | None = None, fit: bool = True, racing: bool = True,
+               heartbeat_s: int = 30, launcher: str | None = None, pgle: int = 0) -> Study:
+        """Plan a study; nothing is measured yet (`run` measures it).
+
+        Every argument is the `autotune study` option of its name (`--heartbeat` for
+        `heartbeat_s`; `prune_margin=None` is `--no-prune`), with the same default and
+        meaning: see `autotune study --help` or `StudyOptions`, whose fields these are
+        (a test keeps the two equal). `confirm`, `confirm_repeats`, `confirm_max`,
+        `shrink` and `pgle` are what `run()` does after the search unless it is told
+        otherwise. `storage` is the database URL.
+
+        Raises:
+            UsageError: a value out of range or unknown (named), as `plan_study` says.
+        """
+        values = {key: value for key, value in locals().items()
+                  if key not in ("cls", "storage")}
+        planned = plan_study(**values)
         return cls(planned.plan.name, storage, planned)
 
     def run(self, *, confirm: int | None = None, confirm_repeats: int | None = None,

@@ -171,8 +171,10 @@ def write_result(path: str | None, body: dict[str, Any]) -> None:
         sys.stdout.write(text + "\n")
 
 
-def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> int:
-    """Build the workload, run the job from `environ`, write the result; return 0.
+def measure_to_file(build: Callable[[], Workload], environ: dict[str, str], *,
+                    strict: bool = False) -> int:
+    """Build the workload, run the job from `environ`, write the result; return 0 (with
+    `strict`, by hand, the result printed: 1 when it is not `ok`, so a shell sees it).
 
     Faults outside the measured code (a missing file, a bad contract, the
     workload's own exception) also end up in the file, classified. The
@@ -197,10 +199,11 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str]) -> i
     except Exception as exc:  # the workload's own failure (OOM while building, a bug...)
         found = classified(exc)
         body.update(status=found.kind, message=str(found)[-MESSAGE_CHARS:])
-    write_result(result_path(environ), body)
+    path = result_path(environ)
+    write_result(path, body)
     if failed and process_total(environ) > 1:
         _leave_now(1)
-    return 0
+    return 1 if strict and not path and body["status"] != "ok" else 0
 
 
 def _leave_now(code: int) -> None:
@@ -212,15 +215,18 @@ def _leave_now(code: int) -> None:
     os._exit(code)
 
 
-def run_file(path: str, preset: str, environ: dict[str, str]) -> int:
-    """Measure the workload file `path` (its `workload(preset)`); write the result file."""
-    return measure_to_file(lambda: build_workload(path, preset), environ)
+def run_file(path: str, preset: str, environ: dict[str, str], *, strict: bool = False) -> int:
+    """Measure the workload file `path` (its `workload(preset)`); write the result file
+    (`strict`: see `measure_to_file`)."""
+    return measure_to_file(lambda: build_workload(path, preset), environ, strict=strict)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m autotune.child FILE [--preset P]`: measure one workload file."""
+def main(argv: list[str] | None = None, *, strict: bool = False) -> int:
+    """`python -m autotune.child FILE [--preset P]`: measure one workload file. With
+    `strict` (`python -m autotune.bench`, a user's command), exit 1 when what it prints
+    is not `ok`; the trial child itself always exits 0 once its result is written."""
     parser = argparse.ArgumentParser(prog="python -m autotune.child")
     parser.add_argument("file", help="workload file defining workload(preset)")
     parser.add_argument("--preset", default="small")
     args = parser.parse_args(argv)
-    return run_file(args.file, args.preset, dict(os.environ))
+    return run_file(args.file, args.preset, dict(os.environ), strict=strict)

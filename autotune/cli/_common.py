@@ -61,6 +61,19 @@ def literal(value: object) -> str:
 TABLE_WIDTH = 80
 
 
+def prose_width() -> int | None:
+    """The width prose wraps at: `TABLE_WIDTH` on a terminal; None (no wrapping: one line
+    per paragraph) where the output goes to a file, a log or another program."""
+    return TABLE_WIDTH if out.is_terminal else None
+
+
+def say(text: str) -> None:
+    """Print one paragraph of prose (already made safe with `literal`): wrapped at
+    `TABLE_WIDTH` on a terminal, never wrapped when piped (`prose_width`)."""
+    width = prose_width()
+    out.print(text, highlight=False, width=width, soft_wrap=width is None)
+
+
 class OutputFormat(StrEnum):
     """How a reading command prints: a table for people, or JSON with stable keys."""
 

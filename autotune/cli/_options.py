@@ -23,7 +23,8 @@ def option_parameters(model: type[Options]) -> list[inspect.Parameter]:
 
 
 def _option(info: FieldInfo) -> Any:
-    """The typer option of one field."""
+    """The typer option of one field: its bounds, and a field's `choices` (in its
+    `json_schema_extra`) as the option's metavar and shell completion."""
     bounds: dict[str, Any] = {}
     # annotated_types' Ge, Gt, Le, Lt. typer has no open bounds: a Gt or Lt bound shows as
     # inclusive here, and the record itself refuses the bound (StudyOptions.of, exit 2).
@@ -33,4 +34,11 @@ def _option(info: FieldInfo) -> Any:
                 bounds[word] = getattr(rule, key)
     extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
     names = (str(extra["option"]),) if "option" in extra else ()
+    choices = extra.get("choices")
+    if isinstance(choices, list | tuple):  # shown in --help, completed by the shell; the
+        # record still judges the value (its message names what is known)
+        known = [str(c) for c in choices]
+        bounds["metavar"] = "[" + "|".join(known) + "]"
+        bounds["autocompletion"] = lambda incomplete: [c for c in known
+                                                       if c.startswith(incomplete)]
     return typer.Option(*names, help=info.description, **bounds)

@@ -23,20 +23,33 @@ from autotune.cli._common import (
 )
 
 
-def spaces_list() -> None:
-    """List the built-in search spaces."""
+def spaces_list(fmt: FormatOpt = OutputFormat.TABLE) -> None:
+    """List the built-in search spaces.
+
+    JSON: a list of `{space, backend, parameters, configurations, description}`
+    (`configurations` null for a continuous space; `description` its first line).
+    """
     from rich.table import Table
 
     from autotune import spaces
 
+    rows = [_space_summary(spaces.load_space(name)) for name in spaces.list_spaces()]
+    if fmt == OutputFormat.JSON:
+        print_json(rows)
+        return
     table = Table("space", "backend", "parameters", "configurations", "description")
-    for space_name in spaces.list_spaces():
-        sp = spaces.load_space(space_name)
-        size = sp.size()
-        table.add_row(literal(sp.name), literal(sp.backend), str(len(sp.params)),
-                      "-" if size is None else str(size),
-                      literal(sp.description.strip().splitlines()[0]) if sp.description else "")
+    for row in rows:
+        table.add_row(literal(row["space"]), literal(row["backend"]), str(row["parameters"]),
+                      "-" if row["configurations"] is None else str(row["configurations"]),
+                      literal(row["description"]))
     out.print(table)
+
+
+def _space_summary(sp: Any) -> dict[str, Any]:
+    """A space's line of `spaces list` (and the head of `spaces show`), JSON-ready."""
+    return {"space": sp.name, "backend": sp.backend, "parameters": len(sp.params),
+            "configurations": sp.size(),
+            "description": sp.description.strip().splitlines()[0] if sp.description else ""}
 
 
 def benchmarks_list(
@@ -75,13 +88,49 @@ def benchmarks_list(
     out.print(table)
 
 
-def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML file.")]) -> None:
-    """Show a space's parameters, their candidates and where each comes from."""
+def benchmarks_example(
+    which: Annotated[str, typer.Argument(
+        help="step (a workload file, for --script) or program (for --command).")] = "step",
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="File to write (default my_step.py or my_program.py here).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a file that exists.")] = False,
+) -> None:
+    """Write the README's example workload where you are, to edit into your own."""
+    import shutil
+
+    from autotune.ground.errors import UsageError
+    from autotune.ground.resources import data_dir
+
+    one_of(which, ["step", "program"], "example")
+    source = data_dir("benchmarks") / "examples" / f"my_{which}.py"
+    target = output or Path(source.name)
+    if target.exists() and not force:
+        raise UsageError(f"{target} exists: pass --force to replace it, or -o another file")
+    shutil.copyfile(source, target)
+    use = (f"autotune study --space cpu --script {target} --preset small" if which == "step"
+           else f'autotune study --space cpu --command "python {target} --size 256"')
+    out.print(f"wrote {literal(target)}; try: {literal(use)}", highlight=False, soft_wrap=True)
+
+
+def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML file.")],
+                fmt: FormatOpt = OutputFormat.TABLE) -> None:
+    """Show a space's parameters, their candidates and where each comes from.
+
+    JSON: `spaces list`'s keys (the whole description), `params` (each `{name, flag,
+    type, candidates, unset_allowed, source, only_when, group, exercised_by}`;
+    `candidates` null for a continuous range, then `low`/`high`/`step`), `groups`
+    (each `{name, params, description, choices: {label: flags}}`), `fixed` and
+    `recommended` (flag: value).
+    """
     from rich.table import Table
 
     from autotune import spaces
 
     sp = spaces.load_space(name)
+    if fmt == OutputFormat.JSON:
+        print_json(_space_json(sp))
+        return
     size = sp.size()
     out.print(f"[bold]{literal(sp.name)}[/] ({literal(sp.backend)}, {len(sp.params)} parameters, "
               f"{'continuous' if size is None else f'{size} configurations'})")
@@ -107,12 +156,40 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
               highlight=False)
 
 
+def _space_json(sp: Any) -> dict[str, Any]:
+    """`spaces show --format json` (see there)."""
+    group_of = {m: g.name for g in sp.groups.values() for m in g.params}
+    params = []
+    for param in sp.params.values():
+        values = param.values()
+        entry: dict[str, Any] = {
+            "name": param.name, "flag": param.flag, "type": param.type,
+            "candidates": None if values is None else list(values),
+            "unset_allowed": param.allow_unset, "source": param.source,
+            "only_when": dict(sp.conditions.get(param.name) or {}) or None,
+            "group": group_of.get(param.name), "exercised_by": list(param.exercised_by)}
+        if values is None:
+            entry.update(low=param.low, high=param.high, step=param.step)
+        params.append(entry)
+    groups = [{"name": g.name, "params": list(g.params), "description": g.description,
+               "choices": {label: {sp.params[m].flag: v for m, v in g.values_of(choice).items()
+                                   if v is not None}
+                           for label, choice in _group_choices(g)}}
+              for g in sp.groups.values()]
+    return {**_space_summary(sp), "description": sp.description.strip(), "params": params,
+            "groups": groups, "fixed": dict(sp.fixed), "recommended": sp.recommended_config()}
+
+
+def _group_choices(group: Any) -> list[tuple[str, Any]]:
+    """A group switch's choices with their labels: on, each variant, off."""
+    return [("on", True), *((name, name) for name in group.variants), ("off", False)]
+
+
 def _print_group(sp: Any, group: Any) -> None:
     """A group's line, then one line per choice of its switch: on, each variant, off."""
     out.print(f"group {literal(group.name)}: {literal(', '.join(group.params))} switched "
               f"together ({literal(group.description)})", highlight=False)
-    named = [("on", True), *((name, name) for name in group.variants), ("off", False)]
-    for label, choice in named:
+    for label, choice in _group_choices(group):
         values = {sp.params[m].flag: v for m, v in group.values_of(choice).items()
                   if v is not None}
         shown = fmt_flags(values, " ") if values else "XLA's defaults (every member unset)"
@@ -124,11 +201,19 @@ def _fmt_when(cond: Any) -> str:
     return " and ".join(f"{literal(k)}={literal(v)}" for k, v in cond.items())
 
 
-def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file.")]) -> None:
-    """Validate a space file (yours or a built-in one) against the schema and the catalog."""
+def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file.")],
+                    fmt: FormatOpt = OutputFormat.TABLE) -> None:
+    """Validate a space file (yours or a built-in one) against the schema and the catalog.
+
+    JSON (a valid file): `{file, valid: true}` and `spaces list`'s keys. An invalid
+    file is an error either way (one line on stderr, exit 2).
+    """
     from autotune import spaces
 
     sp = spaces.load_space(str(file))
+    if fmt == OutputFormat.JSON:
+        print_json({"file": str(file), "valid": True, **_space_summary(sp)})
+        return
     size = sp.size()
     out.print(f"{literal(file)}: valid space '{literal(sp.name)}' ({literal(sp.backend)}), "
               f"{len(sp.params)} parameters, "
@@ -139,11 +224,14 @@ def flags_list(
     backend: Annotated[str | None, typer.Option(help="gpu, tpu, cpu or any.")] = None,
     channel: Annotated[str | None, typer.Option(help="xla_flags, libtpu or env.")] = None,
     space: Annotated[str | None, typer.Option(help="Only the flags of this space.")] = None,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
     """List the flags autotune knows, with documented default and recommended values.
 
     An unknown --backend or --channel is a UsageError (exit 2) naming the known
-    ones, raised before anything is printed.
+    ones, raised before anything is printed. JSON: a list of `{flag, type, default,
+    recommended, backend, channel, status}` (values as JSON; `status` "" for a current
+    flag, else obsolete, deprecated or no effect, with what replaces it).
     """
     from rich.table import Table
 
@@ -156,15 +244,20 @@ def flags_list(
         one_of(channel, (c.value for c in Channel), "channel")
     catalog = load_catalog()
     only = spaces.load_space(space).flags() if space else None
+    specs = [spec for spec in catalog
+             if backend in (None, spec.backend.value) and channel in (None, spec.channel.value)
+             and (only is None or spec.name in only)]
+    if fmt == OutputFormat.JSON:
+        print_json([{"flag": spec.name, "type": spec.type.value, "default": spec.default,
+                     "recommended": spec.recommended, "backend": spec.backend.value,
+                     "channel": spec.channel.value, "status": _status(spec)}
+                    for spec in specs])
+        return
     table = Table("flag", "type", "default", "recommended", "backend", "channel", "status")
-    for spec in catalog:
-        wanted = (backend in (None, spec.backend.value) and channel in (None, spec.channel.value)
-                  and (only is None or spec.name in only))
-        if not wanted:
-            continue
+    for spec in specs:
         table.add_row(literal(spec.name), spec.type.value, _show(spec.default),
                       _show(spec.recommended),
-                      spec.backend.value, spec.channel.value, _status(spec))
+                      spec.backend.value, spec.channel.value, literal(_status(spec)))
     out.print(table)
 
 
@@ -175,25 +268,39 @@ def _show(value: Any) -> str:
 
 
 def _status(spec: Any) -> str:
+    """The flag's state in words, plain text: obsolete or deprecated (and what replaces
+    it), no effect, or "" for a current flag."""
     if spec.obsolete is not None:
         replaced = spec.obsolete.replaced_by
-        return "obsolete" + (f" → {literal(replaced)}" if replaced else "")
+        return "obsolete" + (f" → {replaced}" if replaced else "")
     if spec.deprecated is not None:
-        return f"deprecated → {literal(spec.deprecated.replaced_by)}"
+        return f"deprecated → {spec.deprecated.replaced_by}"
     return "no effect" if spec.no_effect else ""
 
 
-def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name.")]) -> None:
-    """Everything the catalog knows about one flag, and what the installed XLA says."""
+def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name.")],
+               fmt: FormatOpt = OutputFormat.TABLE) -> None:
+    """Everything the catalog knows about one flag, and what the installed XLA says.
+
+    JSON: the catalog's fields (as JSON, absent ones left out) and `this_xla`:
+    `{status, jaxlib, rejects, words}` (`status` accepted, unknown, cannot_check,
+    not_xla or not_probed).
+    """
     from autotune.flags.catalog import load_catalog
     from autotune.flags.probe import probe
 
     catalog = load_catalog()
     spec = catalog.get(name.removeprefix("--"))
-    for key, value in spec.model_dump(exclude_none=True).items():
-        out.print(f"{key:>14}: {literal(value)}", highlight=False)
     with out.status("asking the installed XLA..."):
         report = probe(catalog, extra=[spec.name])
+    if fmt == OutputFormat.JSON:
+        print_json({**spec.model_dump(mode="json", exclude_none=True), "this_xla": {
+            "status": report.status(spec.name).value, "jaxlib": report.jaxlib_version,
+            "rejects": list(report.rejected_values.get(spec.name) or []),
+            "words": _probe_words(report, spec)}})
+        return
+    for key, value in spec.model_dump(exclude_none=True).items():
+        out.print(f"{key:>14}: {literal(value)}", highlight=False)
     out.print(f"{'this XLA':>14}: {literal(_probe_words(report, spec))}", highlight=False)
 
 
@@ -223,8 +330,13 @@ def flags_check(
     env: Annotated[bool, typer.Option(
         "--env", help="Check $XLA_FLAGS, $LIBTPU_INIT_ARGS and the catalog's environment "
         "variables (NCCL_*, XLA_CLIENT_MEM_FRACTION...) set in this shell.")] = False,
+    fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
-    """Lint a flag string against the catalog and the installed XLA; exit 1 on findings."""
+    """Lint a flag string against the catalog and the installed XLA; exit 1 on findings.
+
+    JSON: `{jaxlib, checked, findings, aborting, unchecked}`, each finding `{flag, kind,
+    would_abort, message, fix}`, `unchecked` the flags that cannot be checked here.
+    """
     from autotune.flags.catalog import load_catalog
     from autotune.flags.lint import lint, parse_uses
     from autotune.flags.probe import probe
@@ -245,8 +357,16 @@ def flags_check(
     with out.status("asking the installed XLA..."):
         report = probe(catalog, extra=sorted({u.name for u in uses}))
     findings = lint(uses, catalog, report)
-    _print_findings(findings, len(uses), report.jaxlib_version)
-    _print_unchecked(uses, report)
+    if fmt == OutputFormat.JSON:
+        print_json({"jaxlib": report.jaxlib_version, "checked": len(uses),
+                    "findings": [{"flag": f.flag, "kind": f.kind.value,
+                                  "would_abort": f.would_abort, "message": f.message,
+                                  "fix": f.fix} for f in findings],
+                    "aborting": sum(f.would_abort for f in findings),
+                    "unchecked": _unchecked(uses, report)})
+    else:
+        _print_findings(findings, len(uses), report.jaxlib_version)
+        _print_unchecked(uses, report)
     if findings:
         raise typer.Exit(1)
 
@@ -260,10 +380,15 @@ def _env_uses(catalog: Any) -> list[Any]:
             if spec.channel is Channel.ENV and spec.name in os.environ]
 
 
-def _print_unchecked(uses: list[Any], report: Any) -> None:
+def _unchecked(uses: list[Any], report: Any) -> list[str]:
+    """The flags used that cannot be checked here (libtpu's, without libtpu)."""
     from autotune.flags.probe import FlagStatus
 
-    tpu = sorted({u.name for u in uses if report.status(u.name) is FlagStatus.CANNOT_CHECK})
+    return sorted({u.name for u in uses if report.status(u.name) is FlagStatus.CANNOT_CHECK})
+
+
+def _print_unchecked(uses: list[Any], report: Any) -> None:
+    tpu = _unchecked(uses, report)
     if tpu:
         out.print(f"cannot be checked here (libtpu is not installed): "
                   f"{literal(', '.join('--' + n for n in tpu))}", highlight=False)

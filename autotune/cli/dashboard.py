@@ -15,6 +15,7 @@ import typer
 
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
 from autotune.ground.errors import UsageError
+from autotune.ground.resources import install_line, missing_modules
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -86,6 +87,7 @@ def dashboard(
     two trials or two studies, and the export of any trial. It never writes
     to the database, and needs no internet (every asset is served locally).
     """
+    needs_extra("autotune dashboard", ("starlette", "uvicorn", "jinja2", "plotly"))
     import uvicorn
 
     from autotune.dashboard.app import create_app
@@ -108,6 +110,18 @@ def dashboard(
         store.close()
 
 
+def needs_extra(what: str, modules: tuple[str, ...]) -> None:
+    """Refuse `what` by name when modules of the `dashboard` extra are not installed.
+
+    Raises:
+        UsageError: naming the missing modules and the install line.
+    """
+    missing = missing_modules("dashboard", modules)
+    if missing:
+        raise UsageError(f"{what} needs the dashboard extra ({', '.join(missing)} not "
+                         f"installed): {install_line('dashboard')}")
+
+
 def report(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     output: Annotated[Path | None, typer.Option(
@@ -120,9 +134,12 @@ def report(
     """Write a study's page as one file to share: the recommendation, best trials, charts,
     flag contributions, failures and progress, exactly as the dashboard shows them."""
     from autotune.api import one_of
-    from autotune.dashboard.report import write_report
 
     one_of(fmt, ["html", "md"], "report format")
+    needs_extra(f"autotune report --format {fmt}", ("jinja2", "plotly") + (
+        ("matplotlib",) if fmt == "md" else ()))
+    from autotune.dashboard.report import write_report
+
     store = open_store(storage, must_exist=True)
     target = output or Path(f"{study_name}.{fmt}")
     written = write_report(store, study_name, target, fmt)

@@ -18,6 +18,7 @@ from autotune.cli._common import (
     open_store,
     out,
     print_json,
+    say,
 )
 
 
@@ -90,18 +91,17 @@ def _ablation(record: Any, runs: list[Any]) -> dict[str, Any]:
 def _print_ablation(ablation: dict[str, Any]) -> None:
     """Each flag's paired contribution, one full `name=value` a line under its verdict."""
     if ablation["trial"] is None:
-        out.print(literal(f"paired ablation: {ablation['note']}"), highlight=False, width=80)
+        say(literal(f"paired ablation: {ablation['note']}"))
         return
-    out.print(f"paired ablation of the recommended configuration (trial "
-              f"{ablation['trial']}): each flag removed, timed against the set it was "
-              "removed from, in one process (ratio: time without it / with it)",
-              highlight=False, width=80)
+    say(f"paired ablation of the recommended configuration (trial "
+        f"{ablation['trial']}): each flag removed, timed against the set it was "
+        "removed from, in one process (ratio: time without it / with it)")
     for flag in ablation["flags"]:
         out.print(f"  {literal(flag['flag'])}={_shown(flag['value'])}", highlight=False,
                   soft_wrap=True)
-        out.print(f"    {_contribution(flag)}", highlight=False, width=80)
+        say(f"    {_contribution(flag)}")
     if ablation["note"]:
-        out.print(literal(ablation["note"]), highlight=False, width=80)
+        say(literal(ablation["note"]))
 
 
 def _contribution(flag: dict[str, Any]) -> str:
@@ -119,16 +119,15 @@ def _contribution(flag: dict[str, Any]) -> str:
 def _print_table(study_name: str, effects: list[Any], noise: float | None) -> None:
     """The search's share of variance, one param a line (names never cut), its figures
     on the next line; ranked only where the spread is above the noise."""
-    out.print(f"{literal(study_name)}: share of variance in the search (not a gain):",
-              highlight=False, width=80)
+    say(f"{literal(study_name)}: share of variance in the search (not a gain):")
     rank = 0
     for e in effects:
         rank += e.above_noise
         label = f"{rank}." if e.above_noise else "-"
         out.print(f"  {label} {literal(e.param)}", highlight=False, soft_wrap=True)
         share = "-" if e.importance is None else f"{e.importance:.2f}"
-        out.print(f"     variance share {share}; {_effect_text(e)}; {e.trials} trials; "
-                  f"{_verdict(e, noise)}", highlight=False, width=80)
+        say(f"     variance share {share}; {_effect_text(e)}; {e.trials} trials; "
+            f"{_verdict(e, noise)}")
 
 
 def _shown(value: Any) -> str:
@@ -160,12 +159,12 @@ def _print_notes(n_trials: int, noise: float | None) -> None:
                   "timed in one process): every nonzero spread is called above the noise",
                   highlight=False)
     else:
-        out.print(f"noise: ±{noise:.1%} per trial ratio, the median half-width of the 95% "
-                  "bootstrap interval of each run's paired ratio (candidate vs baseline steps "
-                  "in one process)", highlight=False, width=80)
-    out.print(f"from {n_trials} complete search trials (search and recommended; failed and "
-              "pruned ones left out). Spread: worst value's median time ratio over the best "
-              "value's, over whatever the other flags were (confounded). Variance share: "
-              "Optuna's PED-ANOVA over the params set in every trial; '-' = not evaluated "
-              "(conditional param or too few trials). Neither is a gain: the paired ablation "
-              "above is.", highlight=False, width=80)
+        say(f"noise: ±{noise:.1%} per trial ratio, the median half-width of the 95% "
+            "bootstrap interval of each run's paired ratio (candidate vs baseline steps "
+            "in one process)")
+    say(f"from {n_trials} complete search trials (search and recommended; failed and "
+        "pruned ones left out). Spread: worst value's median time ratio over the best "
+        "value's, over whatever the other flags were (confounded). Variance share: "
+        "Optuna's PED-ANOVA over the params set in every trial; '-' = not evaluated "
+        "(conditional param or too few trials). Neither is a gain: the paired ablation "
+        "above is.")

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +24,7 @@ from autotune.cli._common import (
     out,
     print_json,
     require_database,
+    say,
 )
 
 
@@ -53,9 +55,8 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
         print_json(results.best_json(rows))
         return
     rec = results.recommendation
-    out.print(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
-                      if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"),
-              highlight=False, width=TABLE_WIDTH)
+    say(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
+                if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"))
     title = (f"{literal(study_name)}: {literal(record.benchmark)} "
              f"({literal(record.preset)}) on {literal(record.space)}")
     groups = environments(runs)
@@ -68,7 +69,7 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
     if record.multi_objective:
         _print_pareto(record, runs)
     for note in study_notes(record, runs, rows):
-        out.print(literal(note.text), highlight=False, width=TABLE_WIDTH)
+        say(literal(note.text))
 
 
 def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
@@ -236,8 +237,8 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
         out.print(f"with the PGLE profile {literal(pgle['profile'])} beside it (x"
                   f"{pgle['speedup']:.3f} over the same flags without it): keep the two "
                   "files together", highlight=False)
-    out.print(("recommended: " if document["recommended"] else "not recommended: ")
-              + literal(document["reason"]), highlight=False, width=TABLE_WIDTH)
+    say(("recommended: " if document["recommended"] else "not recommended: ")
+        + literal(document["reason"]))
     out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
               highlight=False)
 
@@ -261,6 +262,30 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
                       literal(row["preset"]), str(row["devices"]), str(row["trials"]),
                       str(row["runs"]), row["created"][:16].replace("T", " "))
     out.print(table)
+
+
+def delete(
+    study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
+    storage: StorageOpt = DEFAULT_STORAGE,
+    yes: Annotated[bool, typer.Option(
+        "--yes", "-y", help="Delete without asking (needed where no one can answer).")] = False,
+) -> None:
+    """Delete a study and every run of it, so that the same `autotune study` starts over
+    (a workload fixed after its baseline failed, or one whose file changed)."""
+    from autotune.api.store import delete_study
+    from autotune.ground.errors import UsageError
+
+    store = open_store(storage, must_exist=True)
+    runs = len(store.runs(study_name))  # also: a missing study is refused before asking
+    store.close()
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting study '{study_name}' ({runs} runs) needs --yes where "
+                             "no one can answer the question; nothing was deleted")
+        if not typer.confirm(f"delete study '{study_name}' and its {runs} runs?"):
+            raise typer.Exit(1)
+    deleted = delete_study(storage, study_name)
+    out.print(f"deleted study '{literal(study_name)}' and its {deleted} runs", highlight=False)
 
 
 def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE,

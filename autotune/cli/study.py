@@ -12,12 +12,12 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, open_store, out
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
 from autotune.cli._options import option_parameters
 from autotune.study.options import StudyOptions
 
 
-def study(*, storage: str, workers: int, prune: bool, **values: Any) -> None:
+def study(*, storage: str, workers: int, prune: bool, restart: bool, **values: Any) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
     from autotune.api import plan_study
@@ -33,6 +33,12 @@ def study(*, storage: str, workers: int, prune: bool, **values: Any) -> None:
     _progress.print_preflight(planned)
     plan = planned.plan
     store = open_store(storage, must_exist=False, write=True)
+    if restart and plan.name in {s.name for s in store.list_studies()}:
+        from autotune.api.store import delete_study
+
+        runs = delete_study(storage, plan.name)
+        out.print(f"--restart: deleted study '{literal(plan.name)}' and its {runs} runs",
+                  highlight=False)
     runner = open_runner(plan, store, planned.report.environment)
     if workers > 1:
         runner.prepare()  # the study and its recipe stored before any worker reads them
@@ -57,6 +63,9 @@ def _own_parameters() -> list[inspect.Parameter]:
                         "an `autotune worker` that can be killed alone.")], 1),
         option("prune", Annotated[bool, typer.Option(
             help="Stop clearly slower trials early (--no-prune: never).")], True),
+        option("restart", Annotated[bool, typer.Option(
+            "--restart", help="Delete the study of this name first (its runs too) and start "
+                              "over: a workload fixed after its baseline failed.")], False),
     ]
 
 

@@ -167,6 +167,20 @@ class Measurement:
             return None
         return self.fingerprint == self.baseline_fingerprint
 
+    def __repr__(self) -> str:
+        """One short line (the step times are summed up, not listed): mode, steps timed,
+        median step, the paired ratio where there is one, peak memory, the program."""
+        parts = [self.mode.value, f"{self.timed_steps} steps"]
+        if self.median_s is not None:
+            parts.append(f"median {self.median_s * 1e3:.4g} ms")
+        if self.paired_ratio is not None:
+            parts.append(f"ratio {self.paired_ratio:.3f}")
+        if self.peak_memory_bytes is not None:
+            parts.append(f"peak {self.peak_memory_bytes} B")
+        if self.fingerprint:
+            parts.append(f"program {self.fingerprint[:12]}")
+        return f"Measurement({', '.join(parts)})"
+
 
 @dataclass(frozen=True)
 class TrialOutcome:
@@ -188,6 +202,13 @@ class TrialOutcome:
     @property
     def ok(self) -> bool:
         return self.kind is OutcomeKind.OK
+
+    def __repr__(self) -> str:
+        """One short line: the kind, the message (cut), the measurement's own short form
+        and the duration; the streams' tails are left out."""
+        message = self.message if len(self.message) <= 80 else self.message[:77] + "..."
+        return (f"TrialOutcome({self.kind.value}, {message!r}, {self.measurement!r}, "
+                f"{self.duration_s:.1f} s)")
 
 
 @dataclass(frozen=True)

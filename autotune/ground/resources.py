@@ -12,6 +12,27 @@ from pathlib import Path
 #: This autotune's version (`autotune.__version__`; a worker's recipe compares it).
 VERSION = "0.1.0"
 
+#: The name autotune is installed by (`pip install xla-autotune`): the package index's
+#: `autotune` is another project. The import package and the command stay `autotune`.
+DISTRIBUTION = "xla-autotune"
+
+#: The optional parts: an extra's name -> the modules it brings (pyproject's extras).
+EXTRAS = {"dashboard": ("starlette", "uvicorn", "jinja2", "plotly", "matplotlib"),
+          "postgres": ("psycopg",)}
+
+
+def install_line(extra: str) -> str:
+    """The pip command that installs autotune with `extra`."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def missing_modules(extra: str, modules: tuple[str, ...] | None = None) -> list[str]:
+    """Which of `modules` (default: all of the extra's) cannot be imported here."""
+    import importlib.util
+
+    return [name for name in (modules or EXTRAS[extra])
+            if importlib.util.find_spec(name) is None]
+
 DATA_DIRS = ("search_spaces", "benchmarks", "alembic")
 
 #: the autotune package (this module lives in `autotune/ground/`)

@@ -278,6 +278,10 @@ class SubprocessLauncher(Launcher):
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         scratch = Path(tempfile.mkdtemp(prefix="autotune-trial-", dir=self.scratch_root))
+        if self.keep_scratch:  # a kept folder says which configuration it measured
+            (scratch / "flags.json").write_text(json.dumps(
+                {"flags": dict(request.flags), "env": dict(request.env)}, indent=1,
+                default=str))
         try:
             finished = run_bounded(
                 self._argv(request), self._child_env(request, scratch), scratch,

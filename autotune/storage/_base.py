@@ -40,8 +40,8 @@ def _check_same_settings(existing: StudyRow, wanted: StudyRow) -> None:
     if differences:
         raise StudyMismatchError(
             f"study {existing.name!r} was created with {'; '.join(differences)}: resume it "
-            "with its original settings (the first value of each), or pick a new --name to "
-            "study other settings"
+            "with its original settings (the first value of each), pick a new --name to "
+            "study other settings, or add --restart to delete this study and start over"
         )
 
 

@@ -80,6 +80,34 @@ def rdb_storage(url: str, *, create: bool, heartbeat_s: int | None = None) -> An
     raise AssertionError("unreachable")
 
 
+def delete_optuna_study(url: str, name: str) -> bool:
+    """Delete Optuna's study called `name` from the database at `url`, if there is one (a
+    database without Optuna's tables has none). Returns whether one was deleted."""
+    import optuna
+
+    if not _has_optuna_tables(url):
+        return False
+    storage = rdb_storage(url, create=True)  # a writer: SQLite's immediate transactions
+    try:
+        optuna.delete_study(study_name=name, storage=storage)
+    except KeyError:  # Optuna's word for "no such study"
+        return False
+    finally:
+        storage.engine.dispose()
+    return True
+
+
+def _has_optuna_tables(url: str) -> bool:
+    """Whether the database at `url` holds Optuna's tables (its `studies` table)."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        return "studies" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
 def immediate_transactions(engine: Any) -> None:
     """Begin every transaction of `engine` (a writer's, on a SQLite file) as `BEGIN
     IMMEDIATE`, holding the write lock from its first read.

@@ -32,7 +32,7 @@ from autotune.ground.records import (
     SQLITE_TIMEOUT_S,
     sqlite_file,
 )
-from autotune.ground.resources import data_dir
+from autotune.ground.resources import data_dir, install_line
 from autotune.storage.models import (
     VERSION_TABLE,
 )
@@ -183,7 +183,7 @@ def _create_engine(url: URL, shown: str) -> Engine:
     except ImportError as error:
         raise StorageError(
             f"the database driver for {shown} is not installed ({error.name or error}); "
-            "install it (for PostgreSQL: pip install 'autotune[postgres]')"
+            f"install it (for PostgreSQL: {install_line('postgres')})"
         ) from error
     except exc.ArgumentError as error:
         raise StorageError(f"invalid storage URL {shown}: {error}; {URL_HINT}") from error

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
+    delete,
+    func,
     select,
     update,
 )
@@ -37,6 +39,9 @@ from autotune.storage.engine import (
     revision_of,
 )
 from autotune.storage.models import (
+    ArtifactRow,
+    ClaimRow,
+    RunRow,
     StudyRow,
 )
 from autotune.storage.runs import RunsMixin
@@ -182,6 +187,23 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
         with self._session() as session:
             study = self._study_row(session, study_name)
             study.plan = {**(study.plan or {}), "recipe": dict(recipe)}
+
+    def delete_study(self, name: str) -> int:
+        """Delete the study called `name` with its runs, claims and artifacts, in one
+        transaction (Optuna's study of the same name is `_optuna.delete_optuna_study`'s).
+        Returns how many runs it held.
+
+        Raises:
+            StudyNotFoundError: no study called `name`; the message lists the known ones.
+        """
+        with self._session() as session:
+            study = self._study_row(session, name)
+            runs = session.scalar(select(func.count()).select_from(RunRow).where(
+                RunRow.study_id == study.id)) or 0
+            for table in (ClaimRow, ArtifactRow, RunRow):
+                session.execute(delete(table).where(table.study_id == study.id))
+            session.delete(study)
+            return runs
 
     def list_studies(self) -> list[StudyRecord]:
         """Every study, oldest first."""

@@ -28,7 +28,17 @@ NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
-    "shrink", "pgle"})
+    "shrink", "pgle", "keep_trial_files"})
+
+#: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
+#: (the samplers are `autotune.study.samplers.NAMES`; a test keeps the two equal).
+SAMPLER_CHOICES = ("auto", "tpe", "random", "grid", "nsga2", "gp")
+PRESET_CHOICES = ("tiny", "small", "large")
+
+
+def choices(*values: str) -> dict[str, Any]:
+    """A field's `json_schema_extra` listing the values its option takes."""
+    return {"choices": list(values)}
 
 #: The options every trial's job carries: those named as a field of the child's `Job`.
 JOB_FIELDS = frozenset(f.name for f in fields(Job))
@@ -86,15 +96,18 @@ class StudyOptions(Options):
     name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET).")
     sampler: str = Field("auto", description=(
         "auto, tpe, random, grid, nsga2 or gp (auto: grid when the whole space fits in "
-        "--trials, else tpe for one objective and nsga2 for two)."))
+        "--trials, else tpe for one objective and nsga2 for two)."),
+        json_schema_extra=choices(*SAMPLER_CHOICES))
     seed: int | None = Field(None, description="Seed of the sampler.")
     objective: str = Field("time", description=(
-        "time, memory, or time,memory for a Pareto front of both."))
+        "time, memory, or time,memory for a Pareto front of both."),
+        json_schema_extra=choices("time", "memory", "time,memory"))
     memory_budget: str | None = Field(None, description=(
         "Peak memory a configuration may use, e.g. 12GiB: those above it are infeasible and "
         "never reported as the winner."))
     timeout_per_trial: float = Field(300.0, ge=1, description="Seconds per trial.")
-    preset: str = Field("small", description="Workload size: tiny, small or large.")
+    preset: str = Field("small", description="Workload size: tiny, small or large.",
+                        json_schema_extra=choices(*PRESET_CHOICES))
     devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
     steps: int = Field(20, ge=3, description="Timed steps per trial.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")
@@ -103,15 +116,17 @@ class StudyOptions(Options):
     settle_tolerance: float = Field(0.05, ge=0.001, le=0.5, description=(
         "Warm-up ends once the last 5 steps of every executable lie within this fraction of "
         "their median (0.05: 5%)."))
-    mode: str = Field("paired", description="paired (in-process vs baseline) or direct.")
+    mode: str = Field("paired", description="paired (in-process vs baseline) or direct.",
+                      json_schema_extra=choices("paired", "direct"))
     drop_unknown: bool = Field(False, description=(
         "Leave out the space's flags this XLA does not know, instead of stopping."))
     allow_backend_mismatch: bool = Field(False, description=(
         "Run a space meant for another backend than JAX reports here."))
     confirm: int = Field(3, ge=0, description=(
         "Re-measure the best K configurations after the search (0: skip)."))
-    confirm_repeats: int = Field(4, ge=2, description=(
-        "Fresh processes per confirmed configuration."))
+    confirm_repeats: int = Field(2, ge=2, description=(
+        "Fresh processes per confirmed configuration, before sequential confirmation "
+        "(shrinking and PGLE take at least 4)."))
     confirm_max: int = Field(16, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation)."))
@@ -120,6 +135,9 @@ class StudyOptions(Options):
     shrink: bool = Field(True, description=(
         "After confirmation, drop the recommended configuration's flags that do not matter "
         "(compile without each, then time without each; paired mode)."))
+    keep_trial_files: str | None = Field(None, description=(
+        "Keep each trial's folder (full stdout and stderr, result, XLA's artifacts, "
+        "flags.json) in this folder instead of deleting it."))
     trial_memory_limit: str | None = Field(None, description=(
         "Resident-memory limit of each trial (its processes together), e.g. 16GiB; above "
         "it the trial is killed and recorded as oom (default: none)."))
@@ -150,14 +168,21 @@ class StudyOptions(Options):
         return Job(**{k: getattr(self, k) for k in type(self).model_fields if k in JOB_FIELDS})
 
 
+#: Fresh processes per measurement of shrinking and PGLE at least (`AfterSearch`). The
+#: confirmation's own rounds default to 2 (`--confirm-repeats`: chosen leave-one-workload-out
+#: from 2, 3 and 4 on the recorded tables; README, Search), then sequential confirmation adds
+#: processes where they are needed; shrinking and PGLE keep the 4 they had.
+MEASURE_REPEATS = 4
+
+
 @dataclass(frozen=True)
 class AfterSearch:
     """What a study does once its search is done (the recipe keeps it for workers).
 
     Attributes:
         confirm: re-measure the best K configurations (0: skip everything after).
-        confirm_repeats: fresh processes per confirmed configuration (and per
-            shrinking and PGLE measurement).
+        confirm_repeats: fresh processes per confirmed configuration in the rounds
+            before sequential confirmation; shrinking and PGLE take `measure_repeats`.
         confirm_max: sequential confirmation's cap of processes per configuration
             (`autotune.study.confirm.sequential`; 0 or at most `confirm_repeats`: off).
         shrink: shrink the recommendation to the flags that matter.
@@ -165,10 +190,16 @@ class AfterSearch:
     """
 
     confirm: int = 3
-    confirm_repeats: int = 4
+    confirm_repeats: int = 2
     shrink: bool = True
     pgle: int = 0
     confirm_max: int = 16
+
+    @property
+    def measure_repeats(self) -> int:
+        """Fresh processes per measurement of shrinking and of PGLE: `confirm_repeats`, at
+        least `MEASURE_REPEATS` (their verdicts have no sequential phase to add more)."""
+        return max(self.confirm_repeats, MEASURE_REPEATS)
 
     @classmethod
     def of(cls, options: StudyOptions, *, confirm: int | None = None,
@@ -199,7 +230,7 @@ class PgleOptions(Options):
         "A configuration `autotune export` wrote (default: XLA's defaults)."))
     mode: str = Field("manual", description=(
         "manual (003's profile run, conversion and performance run) or auto (JAX's "
-        "jax_enable_pgle)."))
+        "jax_enable_pgle)."), json_schema_extra=choices("manual", "auto"))
     profile_runs: int = Field(3, ge=1, description="Runs profiled.")
     percentile: float = Field(50.0, description=(
         "Percentile of each instruction's profiled durations."))
@@ -211,7 +242,8 @@ class PgleOptions(Options):
         "earlier profile there is replaced)."))
     profile: str | None = Field(None, description=(
         "Use this profile instead of collecting one; refused where stale."))
-    preset: str = Field("small", description="Workload size: tiny, small or large.")
+    preset: str = Field("small", description="Workload size: tiny, small or large.",
+                        json_schema_extra=choices(*PRESET_CHOICES))
     devices: int = Field(8, ge=1, description="CPU devices for sharded workloads.")
     steps: int = Field(20, ge=3, description="Timed steps per process.")
     warmup: int = Field(2, ge=1, description="Minimum warm-up rounds after the first step.")

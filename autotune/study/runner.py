@@ -326,5 +326,6 @@ def _baseline_failed(outcome: TrialOutcome) -> BaselineFailedError:
     return BaselineFailedError(
         f"the baseline (XLA's defaults, no flags) ended as {outcome.kind.value}: {detail}. "
         "Nothing can be compared against it: make the workload run on its own first "
-        "(python -m autotune.bench FILE --preset P), then run the same command again"
+        "(python -m autotune.bench FILE --preset P), then run the same command with "
+        "--restart (it deletes this study, and its failed baseline, and starts over)"
     )

@@ -8,6 +8,8 @@ reaches them through a `Watcher`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from autotune.ground.records import Environment
 from autotune.launch.launcher import SubprocessLauncher
 from autotune.results.shrink import Shrink
@@ -49,8 +51,15 @@ class Watcher:
 
 def open_runner(plan: StudyPlan, store: Store, facts: Environment | None) -> StudyRunner:
     """The runner of `plan` on `store` (its own database for Optuna's side), measuring in
-    fresh subprocesses in the environment `facts` (the preflight probe's)."""
-    return StudyRunner(plan, store, SubprocessLauncher(), store.url, facts=facts)
+    fresh subprocesses in the environment `facts` (the preflight probe's). With the
+    option `keep_trial_files`, each trial's folder (its full stdout and stderr, result,
+    artifacts and `flags.json`) is kept there instead of deleted."""
+    keep = plan.options.keep_trial_files
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+    launcher = SubprocessLauncher(scratch_root=Path(keep), keep_scratch=True) if keep \
+        else SubprocessLauncher()
+    return StudyRunner(plan, store, launcher, store.url, facts=facts)
 
 
 def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None) -> None:
@@ -64,11 +73,11 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
                           on_start=lambda count: watch.confirming(count, after.confirm_repeats)):
         watch.nothing_to_confirm()
     if after.shrink:
-        watch.shrunk(runner.shrink(after.confirm_repeats, on_run=watch.shrinking))
+        watch.shrunk(runner.shrink(after.measure_repeats, on_run=watch.shrinking))
     if not after.pgle:
         return
     if why := pgle_refusal(runner.plan):
         watch.pgle_skipped(why)
         return
-    watch.pgle_starting(after.pgle, after.confirm_repeats)
-    runner.pgle(after.pgle, after.confirm_repeats, on_run=watch.pgle_measured)
+    watch.pgle_starting(after.pgle, after.measure_repeats)
+    runner.pgle(after.pgle, after.measure_repeats, on_run=watch.pgle_measured)

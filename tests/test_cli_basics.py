@@ -1,0 +1,199 @@
+"""CLI basics a user expects (issue 32): choices in `--help`, shell completion."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import invoke
+
+from autotune.study.options import PRESET_CHOICES, SAMPLER_CHOICES
+from autotune.study.samplers import NAMES
+
+
+@pytest.mark.parametrize(("command", "shown"), [
+    ("study", "[auto|tpe|random|grid|nsga2|gp]"), ("study", "[tiny|small|large]"),
+    ("study", "[paired|direct]"), ("study", "[time|memory|time,memory]"),
+    ("pgle", "[manual|auto]"), ("pgle", "[tiny|small|large]")])
+def test_help_lists_the_values_an_option_takes(command, shown, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    done = invoke(command, "--help", cwd=tmp_path)
+    assert done.exit_code == 0
+    assert shown in done.output
+
+
+def test_the_listed_samplers_are_the_samplers_autotune_knows():
+    assert set(SAMPLER_CHOICES) == set(NAMES)
+    assert PRESET_CHOICES == ("tiny", "small", "large")
+
+
+def _complete(words: str) -> list[str]:
+    """What bash completion offers for the command line `words` (its last word being typed)."""
+    exe = shutil.which("autotune", path=os.path.dirname(sys.executable))
+    assert exe, "the autotune command is installed beside this Python"
+    env = {**os.environ, "_AUTOTUNE_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    done = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=60)
+    return done.stdout.split()
+
+
+def test_the_shell_completes_commands_and_an_options_values():
+    assert "study" in _complete("autotune stu")
+    assert _complete("autotune study --sampler t") == ["tpe"]
+    assert set(_complete("autotune study --preset ")) == {"tiny", "small", "large"}
+
+
+def test_the_completion_script_can_be_shown():
+    exe = shutil.which("autotune", path=os.path.dirname(sys.executable))
+    assert exe
+    done = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0
+    assert "_AUTOTUNE_COMPLETE=complete_bash" in done.stdout
+
+
+def _json(*args: str, cwd) -> object:
+    import json
+
+    done = invoke(*args, "--format", "json", cwd=cwd)
+    assert done.exit_code in (0, 1), done.output
+    return json.loads(done.stdout)
+
+
+def test_spaces_list_show_and_validate_speak_json(tmp_path):
+    listed = _json("spaces", "list", cwd=tmp_path)
+    cpu = next(row for row in listed if row["space"] == "cpu")
+    assert set(cpu) == {"space", "backend", "parameters", "configurations", "description"}
+    assert (cpu["backend"], cpu["parameters"], cpu["configurations"]) == ("cpu", 8, 180)
+    shown = _json("spaces", "show", "cpu", cwd=tmp_path)
+    assert shown["configurations"] == 180 and len(shown["params"]) == 8
+    level = next(p for p in shown["params"] if p["name"] == "xla_backend_optimization_level")
+    assert level["candidates"] == [0, 1, 2, 3] and level["unset_allowed"] is True
+    nans = next(p for p in shown["params"] if p["name"] == "xla_cpu_fast_math_honor_nans")
+    assert nans["only_when"] == {"xla_cpu_enable_fast_math": True}
+    assert nans["group"] == "fast-math-relaxed"
+    [group] = shown["groups"]
+    assert group["choices"]["on"]["xla_cpu_fast_math_honor_nans"] is False
+    assert group["choices"]["off"] == {}
+    root = Path(__file__).resolve().parents[1]
+    valid = _json("spaces", "validate", str(root / "search_spaces/cpu.yaml"), cwd=tmp_path)
+    assert valid["valid"] is True and valid["space"] == "cpu"
+
+
+def test_flags_list_show_and_check_speak_json(tmp_path):
+    listed = _json("flags", "list", "--space", "cpu", cwd=tmp_path)
+    fast = next(row for row in listed if row["flag"] == "xla_cpu_enable_fast_math")
+    assert fast == {"flag": "xla_cpu_enable_fast_math", "type": "bool", "default": False,
+                    "recommended": None, "backend": "cpu", "channel": "xla_flags",
+                    "status": ""}
+    shown = _json("flags", "show", "xla_cpu_enable_fast_math", cwd=tmp_path)
+    assert shown["name"] == "xla_cpu_enable_fast_math"
+    assert shown["this_xla"]["status"] == "accepted"
+    checked = _json("flags", "check", "--xla_cpu_enable_fast_math=true --xla_bogus_flag=1",
+                    cwd=tmp_path)
+    assert checked["checked"] == 2 and checked["aborting"] == 1
+    [finding] = checked["findings"]
+    assert (finding["flag"], finding["kind"], finding["would_abort"]) == (
+        "xla_bogus_flag", "unknown", True)
+
+
+def _bench(path: str, tmp_path) -> tuple[int, dict]:
+    import json
+
+    from child_env import cpu_child_env
+
+    env = cpu_child_env(1)
+    env["AUTOTUNE_JOB"] = json.dumps({"schema_version": 1, "steps": 3, "warmup": 1,
+                                      "compiler_options": {}})
+    done = subprocess.run([sys.executable, "-m", "autotune.bench", path, "--preset", "tiny"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return done.returncode, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_a_workload_may_return_a_plain_step_and_its_arguments(tmp_path):
+    code, result = _bench(str(Path(__file__).parent / "workloads" / "pair.py"), tmp_path)
+    assert code == 0 and result["status"] == "ok", result.get("message")
+    assert len(result["step_times_s"]) == 3
+
+
+def test_measuring_a_missing_file_by_hand_fails_and_says_so(tmp_path):
+    code, result = _bench(str(tmp_path / "missing.py"), tmp_path)
+    assert code == 1
+    assert result["status"] == "compile_error"
+    assert "no workload file" in result["message"]
+
+
+def test_the_example_workload_is_written_where_the_user_is(tmp_path):
+    done = invoke("benchmarks", "example", cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    written = tmp_path / "my_step.py"
+    root = Path(__file__).resolve().parents[1]
+    assert written.read_text() == (root / "benchmarks/examples/my_step.py").read_text()
+    assert "--script my_step.py" in done.output
+    again = invoke("benchmarks", "example", cwd=tmp_path)
+    assert again.exit_code == 2 and "exists: pass --force" in again.output
+    program = invoke("benchmarks", "example", "program", "-o", "p.py", cwd=tmp_path)
+    assert program.exit_code == 0
+    assert (tmp_path / "p.py").read_text() == (
+        root / "benchmarks/examples/my_program.py").read_text()
+
+
+def test_an_event_prints_as_one_short_line():
+    """Printing a `TrialEvent` dumped every step time (issue 32)."""
+    from autotune.ground.records import (
+        Measurement,
+        MeasureMode,
+        OutcomeKind,
+        Role,
+        TrialOutcome,
+    )
+    from autotune.study.plan import TrialEvent
+
+    m = Measurement(tuple(0.01 + i * 1e-5 for i in range(500)), 0.5, mode=MeasureMode.PAIRED,
+                    baseline_step_times_s=(0.0105,) * 500, fingerprint="f" * 64)
+    event = TrialEvent(3, Role.SEARCH, TrialOutcome(OutcomeKind.OK, "", m, 2.0,
+                                                     stderr_tail="x" * 4000),
+                       0.95, 0.95, 3, 12)
+    text = repr(event)
+    assert len(text) < 400, text
+    assert "500 steps" in text and "ratio 1.190" in text and "program ffffffffffff" in text
+
+
+def test_quiet_prints_nothing_but_errors_and_verbose_logs_notes(tmp_path):
+    import logging
+
+    quiet = invoke("-q", "spaces", "list", cwd=tmp_path)
+    assert quiet.exit_code == 0 and quiet.output == ""
+    wrong = invoke("-q", "spaces", "show", "nope", cwd=tmp_path)
+    assert wrong.exit_code == 2 and "unknown search space 'nope'" in wrong.output
+    asked = invoke("-q", "spaces", "list", "--format", "json", cwd=tmp_path)
+    assert '"space": "cpu"' in asked.output  # what a script asked for still comes
+    again = invoke("spaces", "list", cwd=tmp_path)
+    assert "cpu" in again.output  # one run's -q does not outlive it
+    assert invoke("-vv", "spaces", "list", cwd=tmp_path).exit_code == 0
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.DEBUG
+    invoke("-v", "spaces", "list", cwd=tmp_path)
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.INFO
+    invoke("spaces", "list", cwd=tmp_path)
+    assert logging.getLogger("autotune").getEffectiveLevel() == logging.WARNING
+
+
+def test_prose_wraps_on_a_terminal_only(monkeypatch):
+    """Prose was hard-wrapped at 80 columns even when piped (issue 32)."""
+    from autotune.cli import _common
+
+    assert _common.prose_width() is None  # pytest's output is no terminal
+    with _common.out.capture() as piped:
+        _common.say("word " * 40)
+    assert len(piped.get().strip().splitlines()) == 1
+    monkeypatch.setattr(type(_common.out), "is_terminal", property(lambda self: True))
+    assert _common.prose_width() == _common.TABLE_WIDTH
+    with _common.out.capture() as shown:
+        _common.say("word " * 40)
+    lines = shown.get().strip().splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 80
