@@ -413,14 +413,15 @@ def _check(result: Result, url: str, codes: list[int]) -> None:
 
 
 def _study_exists(url: str) -> bool:
-    from autotune.ground.errors import AutotuneError
+    """Whether the case's study is in the database yet (no database, tables or study yet,
+    or one being made at this moment: not yet)."""
     from autotune.storage.store import Store
 
     try:
         with Store.open(url, upgrade=False) as store:
             store.get_study(NAME)
             return True
-    except (AutotuneError, Exception):
+    except Exception:
         return False
 
 
