@@ -558,16 +558,19 @@ def test_the_search_benchmark_prints_its_table_and_json():
     result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     doc = json.loads(result.stdout)
-    assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 4, 16]
+    assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 2, 16]
     [table] = doc["tables"]
     assert set(table["oracle"]) == {"10", "20"}
     entries = table["results"]
     assert [(e["sampler"], e["rule"]) for e in entries] == [
         ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
     for entry in entries:
+        beside_random = {"matching"} if entry["sampler"] != "random" else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
                               "captured_gain", "slower", "right", "kept", "timed",
-                              "of_oracle"}
+                              "of_oracle"} | beside_random
+        if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
+            assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
         assert set(entry["within"]) == {"1%", "2%", "5%"}
         assert set(entry["within"]["2%"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())

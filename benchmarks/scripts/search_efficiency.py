@@ -216,7 +216,8 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
         where = ("never" if match["at"] is None else
                  f"at {match['at']} timed processes: {match['device_seconds']} device-s, "
                  f"x{match['ratio']} of random's {match['reference_device_seconds']}")
-        say(f"{entry['sampler']} ({entry['rule']}) as good as random at {top}: {where}")
+        say(f"matching: {entry['sampler']} ({entry['rule']}) does as well as random search "
+            f"does at {top}: {where}")
 
 
 def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
