@@ -252,6 +252,8 @@ def _beat(storage: Any, trial_id: int, every: float, stop: Any) -> None:
     failed beat is logged once per run of failures and tried again at the next."""
     import logging
 
+    from autotune.storage.engine import _reason  # the driver's words under Optuna's
+
     failing = False
     while True:
         try:
@@ -261,16 +263,10 @@ def _beat(storage: Any, trial_id: int, every: float, stop: Any) -> None:
             if not failing:
                 logging.getLogger(__name__).warning(
                     "cannot record the heartbeat of trial %d (will keep trying): %s",
-                    trial_id, _driver_words(error))
+                    trial_id, _reason(error.__cause__ or error))
             failing = True
         if stop.wait(every):
             return
-
-
-def _driver_words(error: BaseException) -> str:
-    """The database driver's own words under Optuna's and SQLAlchemy's wrappers, one line."""
-    cause = error.__cause__ or error
-    return " ".join(str(getattr(cause, "orig", None) or cause).split())
 
 
 def trials_in(study: optuna.Study, state: str) -> list[Any]:
