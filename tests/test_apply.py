@@ -174,9 +174,14 @@ BAD_INPUTS = {
                      ["schema version 99 (a newer autotune wrote it)"]),
     "missing key": (lambda d: export_fixture(d, recommended=...),
                     ["best.yaml: missing key recommended; the file does not follow export schema"]),
+    # spelled like an XLA flag: outside the catalog, so the installed XLA is asked, and
+    # refuses it with the words every path uses (`lint.xla_refusals`)
     "unknown flag": (lambda d: export_fixture(d, {"xla_cpu_enable_fast_maths": True}),
-                     ["flags.xla_cpu_enable_fast_maths: autotune's flag catalog does not know "
-                      "this flag (did you mean xla_cpu_enable_fast_math?)"]),
+                     ["this XLA does not know --xla_cpu_enable_fast_maths: a job with it "
+                      "aborts at start; did you mean --xla_cpu_enable_fast_math?"]),
+    "not a flag": (lambda d: export_fixture(d, {"cpu_enable_fast_math": True}),
+                   ["flags.cpu_enable_fast_math: neither in autotune's flag catalog nor "
+                    "spelled like an XLA flag (xla_...) (did you mean xla_cpu_enable_fast_math?)"]),
     "alias bomb": (lambda d: _write(d, BOMB),
                    ["neither YAML nor JSON (the YAML stands for more than 100000 values once "
                     "its aliases (*name) are expanded"]),

@@ -95,10 +95,21 @@ def test_every_catalog_entry_names_its_source():
 
 def test_unknown_flag_suggests_the_closest_name():
     with pytest.raises(UnknownFlagError) as info:
-        load_catalog().get("xla_cpu_enable_fast_mth")
-    assert str(info.value).startswith("unknown flag 'xla_cpu_enable_fast_mth'")
+        load_catalog().get("xla-cpu-enable-fast-math")
+    assert str(info.value).startswith("unknown flag 'xla-cpu-enable-fast-math': it is neither "
+                                      "in autotune's flag catalog nor spelled like an XLA flag")
     assert f"Did you mean '{FAST_MATH}'?" in str(info.value)
     assert info.value.exit_code == 2
+
+
+def test_a_name_spelled_like_an_xla_flag_gets_an_untyped_stand_in_outside_the_catalog():
+    catalog = load_catalog()
+    spec = catalog.get("xla_llvm_disable_expensive_passes")
+    assert "xla_llvm_disable_expensive_passes" not in catalog  # still not a catalog entry
+    assert (spec.cataloged, spec.channel, spec.per_compile, spec.default) == (
+        False, Channel.XLA_FLAGS, False, None)
+    assert spec.check_value("anything") is None and spec.check_value(3) is None  # XLA judges
+    assert catalog.closest("xla_llvm_disable_expensive_passes") != spec.name  # never itself
 
 
 @pytest.mark.parametrize(("name", "value", "problem"), [
@@ -254,8 +265,14 @@ def test_malformed_user_flags_are_refused():
 
 
 def test_unknown_flag_in_a_configuration():
-    with pytest.raises(UnknownFlagError, match="unknown flag 'xla_nope'"):
-        compose_env({"xla_nope": True}, {}, TEST_CATALOG)
+    with pytest.raises(UnknownFlagError, match="unknown flag 'nope'"):
+        compose_env({"nope": True}, {}, TEST_CATALOG)
+
+
+def test_a_flag_outside_the_catalog_goes_through_xla_flags():
+    env = compose_env({"xla_nope": True}, {"XLA_FLAGS": "--xla_mine=1"}, TEST_CATALOG)
+    assert env == {"XLA_FLAGS": "--xla_mine=1 --xla_nope=true"}
+    assert compiler_options({"xla_nope": True}, TEST_CATALOG) is None  # never per compile
 
 
 def test_xla_flags_string_holds_only_the_configuration_tokens():

@@ -118,7 +118,7 @@ class Config:
         Raises:
             UsageError: a flag string of `base` is malformed (a token without `--`).
         """
-        return compose_env(self.flags, os.environ if base is None else base, load_catalog())
+        return compose_env(self.flags, os.environ if base is None else base, self.catalog())
 
     def conflicts(self, base: Mapping[str, str] | None = None) -> list[Conflict]:
         """The flags of `base` (default `os.environ`) that the configuration sets otherwise.
@@ -129,7 +129,7 @@ class Config:
             UsageError: a flag string of `base` is malformed (a token without `--`).
         """
         base = os.environ if base is None else base
-        catalog = load_catalog()
+        catalog = self.catalog()
         found = []
         for name, value in self.flags.items():
             variable = _variable_of(name, catalog)
@@ -144,11 +144,16 @@ class Config:
 
         Only the per-compile `XLA_FLAGS` flags; the others are in `env_only()`.
         """
-        return split_per_compile(self.flags, load_catalog())[0]
+        return split_per_compile(self.flags, self.catalog())[0]
 
     def env_only(self) -> dict[str, FlagValue]:
         """The flags that only the environment of a process that has not started JAX carries."""
-        return split_per_compile(self.flags, load_catalog())[1]
+        return split_per_compile(self.flags, self.catalog())[1]
+
+    def catalog(self) -> Catalog:
+        """The packaged catalog with a stand-in for each flag of this file outside it
+        (`autotune.flags.open_flags`)."""
+        return load_catalog().covering_configs([self.flags])
 
     def apply(self) -> dict[str, str]:
         """Set `environ()` in `os.environ` for this process's JAX, and return what was set.
@@ -196,8 +201,17 @@ def jax_backend_started() -> bool:
     return bool(getattr(bridge, "_backends", None))
 
 
-def load_config(path: str | os.PathLike[str], *, profile: bool = True) -> Config:
+def load_config(path: str | os.PathLike[str], *, profile: bool = True,
+                check: bool = True) -> Config:
     """Read and validate a file that `autotune export` wrote (YAML or JSON).
+
+    Every flag must be in the catalog or spelled like an XLA flag (`xla_...`, a flag
+    outside the catalog); with `check` (the default) the installed XLA is then asked
+    whether it knows each `XLA_FLAGS` flag (`autotune.flags.probe`, a child process,
+    its answer cached per jaxlib), and a flag it does not know is refused with the same
+    words as `autotune flags check`, `autotune apply` and `autotune spaces validate`
+    (a job with it would abort at start). `check=False` skips that question
+    (`autotune apply` asks it itself, to honour `--force`).
 
     A file that carries a PGLE profile (`pgle.profile`, beside it) gets the profile's
     path resolved there and checked fresh (`_with_profile`); `profile=False` leaves
@@ -206,14 +220,19 @@ def load_config(path: str | os.PathLike[str], *, profile: bool = True) -> Config
     Raises:
         ConfigFileError: the file is missing or unreadable, is neither YAML nor
             JSON, is not an export, holds another schema version than this
-            autotune reads, or sets a flag the catalog does not know (or a value
-            it does not allow); the message names the file and the key.
+            autotune reads, sets a flag that is neither in the catalog nor spelled
+            like an XLA flag, a value the catalog does not allow, or (with
+            `check`) a flag the installed XLA does not know; the message names the
+            file and the key.
+        ProbeError: with `check`, jax cannot be started to answer.
     """
     file = Path(path)
     data = _parse(file, _read(file))
     document = _validate(file, data)
-    catalog = load_catalog()
+    catalog = load_catalog().covering_configs([document.flags])
     _check_flags(file, document.flags, catalog)
+    if check:
+        _check_against_xla(file, document.flags, catalog)
     return Config(path=file, study=document.study, trial=document.trial,
                   recommended=document.recommended, reason=document.reason,
                   flags=_with_profile(file, dict(document.flags),
@@ -337,16 +356,24 @@ def _errors(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def _check_against_xla(file: Path, flags: Mapping[str, FlagValue], catalog: Catalog) -> None:
+    """Refuse the first `XLA_FLAGS` flag the installed XLA does not know (`lint.xla_refusals`)."""
+    from autotune.flags.lint import xla_refusals
+
+    for finding in xla_refusals({name: [value] for name, value in flags.items()}, catalog):
+        raise ConfigFileError(f"{file}: flags.{finding.flag}: {finding.message} ({finding.fix})")
+
+
 def _check_flags(file: Path, flags: Mapping[str, FlagValue], catalog: Catalog) -> None:
-    """Every flag is in the catalog, with a value it allows that its variable can carry."""
+    """Every flag is in the catalog (or stands in for an open one), with a value it allows
+    that its variable can carry."""
     for name, value in flags.items():
         if name not in catalog:
             close = catalog.closest(name)
             hint = f" (did you mean {close}?)" if close else ""
             raise ConfigFileError(
-                f"{file}: flags.{name}: autotune's flag catalog does not know this flag{hint}: "
-                "the file was edited or written by another autotune; remove the flag, or "
-                "re-export the study with this autotune")
+                f"{file}: flags.{name}: neither in autotune's flag catalog nor spelled like "
+                f"an XLA flag (xla_...){hint}: remove the flag, or fix its name")
         problem = catalog.get(name).check_value(value)
         if problem:
             raise ConfigFileError(f"{file}: flags.{name}: {problem}; re-export the study "

@@ -91,7 +91,10 @@ def plan_study(options: StudyOptions | None = None, *,
     budget = size_option(o.memory_budget, "--memory-budget")
     limit = size_option(o.trial_memory_limit, "--trial-memory-limit")
     catalog = load_catalog()
-    report = probe(catalog, extra=sorted(loaded.flags()), env=base_env, devices=o.devices)
+    # the values of flags outside the catalog are tried too: preflight leaves out those
+    # this XLA cannot parse, as it does the catalog's documented values it rejects
+    extra = {f: ([] if f in catalog else v) for f, v in loaded.flag_values().items()}
+    report = probe(catalog, extra=extra, env=base_env, devices=o.devices)
     checked = preflight.check(loaded, catalog, report, drop_unknown=o.drop_unknown,
                               allow_backend_mismatch=o.allow_backend_mismatch)
     env = dict(os.environ if base_env is None else base_env)

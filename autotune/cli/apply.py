@@ -56,7 +56,7 @@ def apply(
     """
     from autotune.api.config import load_config
 
-    loaded = load_config(config)
+    loaded = load_config(config, check=False)  # asked below, where --force can overrule it
     argv = _command(command, print_env, config)
     env = _merged(loaded)
     _check_against_this_xla(loaded, env, force)
@@ -106,13 +106,13 @@ def exports(env: Mapping[str, str]) -> str:
 def _check_against_this_xla(loaded: Config, env: Mapping[str, str], force: bool) -> None:
     """Probe the installed XLA; refuse what the job would abort on and another backend."""
     from autotune.flags.catalog import load_catalog
-    from autotune.flags.lint import lint
+    from autotune.flags.lint import lint, probe_extra
     from autotune.flags.probe import probe
 
-    catalog = load_catalog()
+    catalog = loaded.catalog()
     uses = job_uses(loaded, {**os.environ, **env}, catalog)
     with err.status("asking the installed XLA..."):
-        report = probe(catalog, extra=sorted({u.name for u in uses}))
+        report = probe(load_catalog(), extra=probe_extra(uses, load_catalog()))
     findings = lint(uses, catalog, report)
     bad = refused(findings)
     _refuse_or_warn(loaded, bad, report.jaxlib_version, force)

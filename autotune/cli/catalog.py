@@ -117,7 +117,7 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
                 fmt: FormatOpt = OutputFormat.TABLE) -> None:
     """Show a space's parameters, their candidates and where each comes from.
 
-    JSON: `spaces list`'s keys (the whole description), `params` (each `{name, flag,
+    JSON: `spaces list`'s keys (the whole description), `params` (each `{name, flag, in_catalog,
     type, candidates, unset_allowed, source, only_when, group, exercised_by}`;
     `candidates` null for a continuous range, then `low`/`high`/`step`), `groups`
     (each `{name, params, description, choices: {label: flags}}`), `fixed` and
@@ -145,7 +145,8 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
             when += f"\nset by group {literal(group_of[param.name])} (below)"
         if param.exercised_by:
             when += f"\nexercised by {literal(', '.join(param.exercised_by))}"
-        table.add_row(literal(param.flag), literal(param.describe()) + when, literal(param.source))
+        table.add_row(literal(param.flag), literal(param.describe()) + when,
+                      literal(param.source or _outside(param.flag)))
     out.print(table)
     for group in sp.groups.values():
         _print_group(sp, group)
@@ -154,6 +155,13 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
     rec = sp.recommended_config()
     out.print(f"recommended: {fmt_flags(rec, ' ') if rec else '(none documented)'}",
               highlight=False)
+
+
+def _outside(flag: str) -> str | None:
+    """"not in the catalog" for a flag outside it (`autotune.flags.open_flags`), else None."""
+    from autotune.flags.catalog import load_catalog
+
+    return None if flag in load_catalog() else "not in the catalog"
 
 
 def _space_json(sp: Any) -> dict[str, Any]:
@@ -166,6 +174,7 @@ def _space_json(sp: Any) -> dict[str, Any]:
             "name": param.name, "flag": param.flag, "type": param.type,
             "candidates": None if values is None else list(values),
             "unset_allowed": param.allow_unset, "source": param.source,
+            "in_catalog": _outside(param.flag) is None,
             "only_when": dict(sp.conditions.get(param.name) or {}) or None,
             "group": group_of.get(param.name), "exercised_by": list(param.exercised_by)}
         if values is None:
@@ -202,15 +211,23 @@ def _fmt_when(cond: Any) -> str:
 
 
 def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file.")],
+                    xla: Annotated[bool, typer.Option(
+                        "--xla/--no-xla", help="Ask the installed XLA whether it knows each "
+                        "flag (and parses the values of flags outside the catalog).")] = True,
                     fmt: FormatOpt = OutputFormat.TABLE) -> None:
-    """Validate a space file (yours or a built-in one) against the schema and the catalog.
+    """Validate a space file (yours or a built-in one) against the schema, the catalog
+    and the installed XLA.
 
+    A flag outside the catalog must be one this XLA knows, with values it parses; a
+    catalog flag must be one it knows (its values it rejects are left out of a study).
     JSON (a valid file): `{file, valid: true}` and `spaces list`'s keys. An invalid
     file is an error either way (one line on stderr, exit 2).
     """
     from autotune import spaces
 
     sp = spaces.load_space(str(file))
+    if xla:
+        _check_space_against_xla(sp, file)
     if fmt == OutputFormat.JSON:
         print_json({"file": str(file), "valid": True, **_space_summary(sp)})
         return
@@ -218,6 +235,22 @@ def spaces_validate(file: Annotated[Path, typer.Argument(help="A space YAML file
     out.print(f"{literal(file)}: valid space '{literal(sp.name)}' ({literal(sp.backend)}), "
               f"{len(sp.params)} parameters, "
               f"{'continuous' if size is None else f'{size} configurations'}", highlight=False)
+
+
+def _check_space_against_xla(sp: Any, file: Path) -> None:
+    """Refuse a space with a flag this XLA does not know, or a value of a flag outside
+    the catalog that it cannot parse (`lint.xla_refusals`, the words `flags check` uses)."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.lint import xla_refusals
+    from autotune.ground.errors import SpaceValidationError
+
+    catalog = load_catalog()
+    values = {f: (v if f not in catalog else []) for f, v in sp.flag_values().items()}
+    with out.status("asking the installed XLA..."):
+        refused = xla_refusals(values, catalog.covering(values))
+    if refused:
+        raise SpaceValidationError(f"{file}: " + "; ".join(
+            f"{finding.message} ({finding.fix})" for finding in refused))
 
 
 def flags_list(
@@ -282,24 +315,36 @@ def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name."
                fmt: FormatOpt = OutputFormat.TABLE) -> None:
     """Everything the catalog knows about one flag, and what the installed XLA says.
 
+    A flag outside the catalog shows only its name, channel and `cataloged: false`,
+    and is an error (exit 2) when this XLA does not know it either.
+
     JSON: the catalog's fields (as JSON, absent ones left out) and `this_xla`:
     `{status, jaxlib, rejects, words}` (`status` accepted, unknown, cannot_check,
     not_xla or not_probed).
     """
-    from autotune.flags.catalog import load_catalog
-    from autotune.flags.probe import probe
+    from autotune.flags.catalog import UnknownFlagError, load_catalog
+    from autotune.flags.probe import FlagStatus, probe
 
     catalog = load_catalog()
     spec = catalog.get(name.removeprefix("--"))
     with out.status("asking the installed XLA..."):
         report = probe(catalog, extra=[spec.name])
+    if not spec.cataloged and report.status(spec.name) is FlagStatus.UNKNOWN:
+        close = catalog.closest(spec.name)
+        raise UnknownFlagError(
+            f"unknown flag '{spec.name}': neither in autotune's flag catalog nor known to this "
+            f"XLA (jaxlib {report.jaxlib_version}). "
+            + (f"Did you mean '{close}'?" if close else "Check the spelling."))
+    # a flag outside the catalog: what the catalog would say of it is not known
+    known = None if spec.cataloged else {"name", "channel", "source", "cataloged"}
     if fmt == OutputFormat.JSON:
-        print_json({**spec.model_dump(mode="json", exclude_none=True), "this_xla": {
+        print_json({**spec.model_dump(mode="json", exclude_none=True, include=known),
+                    "this_xla": {
             "status": report.status(spec.name).value, "jaxlib": report.jaxlib_version,
             "rejects": list(report.rejected_values.get(spec.name) or []),
             "words": _probe_words(report, spec)}})
         return
-    for key, value in spec.model_dump(exclude_none=True).items():
+    for key, value in spec.model_dump(exclude_none=True, include=known).items():
         out.print(f"{key:>14}: {literal(value)}", highlight=False)
     out.print(f"{'this XLA':>14}: {literal(_probe_words(report, spec))}", highlight=False)
 
@@ -338,7 +383,7 @@ def flags_check(
     would_abort, message, fix}`, `unchecked` the flags that cannot be checked here.
     """
     from autotune.flags.catalog import load_catalog
-    from autotune.flags.lint import lint, parse_uses
+    from autotune.flags.lint import lint, parse_uses, probe_extra
     from autotune.flags.probe import probe
     from autotune.ground.errors import UsageError
 
@@ -355,7 +400,7 @@ def flags_check(
     if env:
         uses += _env_uses(catalog)
     with out.status("asking the installed XLA..."):
-        report = probe(catalog, extra=sorted({u.name for u in uses}))
+        report = probe(catalog, extra=probe_extra(uses, catalog))
     findings = lint(uses, catalog, report)
     if fmt == OutputFormat.JSON:
         print_json({"jaxlib": report.jaxlib_version, "checked": len(uses),

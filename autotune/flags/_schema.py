@@ -135,6 +135,8 @@ class FlagSpec(_Frozen):
             entry (`deprecated.replaced_by`); never together with `obsolete`.
         no_effect: set when the flag is still accepted but does nothing (any
             more), saying why; a flag is never both obsolete and no_effect.
+        cataloged: false only for the stand-in of a flag outside the catalog
+            (`autotune.flags.open_flags.open_spec`); catalog.yaml never sets it.
     """
 
     name: str
@@ -156,6 +158,7 @@ class FlagSpec(_Frozen):
     obsolete: Obsolete | None = None
     deprecated: Deprecated | None = None
     no_effect: str | None = None
+    cataloged: StrictBool = True
 
     @model_validator(mode="after")
     def _check_consistent(self) -> FlagSpec:
@@ -202,8 +205,11 @@ class FlagSpec(_Frozen):
 
         Returns:
             None when the value fits the flag's type and allowed values, else a
-            phrase such as "expects true or false, got 3".
+            phrase such as "expects true or false, got 3". Always None for the stand-in
+            of a flag outside the catalog: only XLA knows what it parses.
         """
+        if not self.cataloged:
+            return None
         return _TYPE_CHECKS[self.type](self, value) or self._check_bounds(value)
 
     def _check_bounds(self, value: object) -> str | None:

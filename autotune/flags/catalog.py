@@ -31,7 +31,9 @@ from autotune.flags._schema import (
     GroupSpec,
     Obsolete,
 )
+from autotune.flags.open_flags import is_xla_name, open_spec
 from autotune.ground.errors import AutotuneError, UsageError
+from autotune.ground.records import FlagValue
 from autotune.ground.yaml_bound import YamlTooLargeError, bounded_load
 
 __all__ = [
@@ -101,24 +103,49 @@ class Catalog:
             raise ValueError(f"{what} {', '.join(map(repr, missing))}, not in the catalog")
 
     def get(self, name: str) -> FlagSpec:
-        """Return the entry of flag `name` (without the leading `--`).
+        """Return the entry of flag `name` (without the leading `--`); for a name the
+        catalog does not hold but spelled like an XLA flag, an untyped stand-in
+        (`open_flags.open_spec`: `cataloged` false; `name in catalog` stays false).
 
         Raises:
-            UnknownFlagError: the catalog does not hold the flag; the message
-                suggests the closest known name.
+            UnknownFlagError: the catalog does not hold the flag and it is not spelled
+                like an XLA flag; the message suggests the closest known name.
         """
-        try:
-            return self._flags[name]
-        except KeyError:
-            raise UnknownFlagError(_unknown_flag_message(name, self.closest(name))) from None
+        spec = self._flags.get(name)
+        if spec is not None:
+            return spec
+        if is_xla_name(name):
+            return open_spec(name)
+        raise UnknownFlagError(_unknown_flag_message(name, self.closest(name)))
+
+    def with_flags(self, specs: Iterable[FlagSpec]) -> Catalog:
+        """A new catalog: these entries and `specs` (new names only), the same groups."""
+        return Catalog([*self._flags.values(), *specs], self._groups)
+
+    def covering(self, flags: Mapping[str, Iterable[FlagValue]]) -> Catalog:
+        """This catalog with a stand-in (`open_flags.open_spec`, typed by its values) for
+        each flag of `flags` (name -> values) it does not hold that is spelled like an XLA
+        flag; this catalog itself when there is none. Other unknown names stay unknown."""
+        extra = [open_spec(name, values) for name, values in flags.items()
+                 if name not in self._flags and is_xla_name(name)]
+        return self.with_flags(extra) if extra else self
+
+    def covering_configs(self, configs: Iterable[Mapping[str, FlagValue]]) -> Catalog:
+        """`covering` for configurations (flag -> value each), e.g. a study's runs."""
+        values: dict[str, list[FlagValue]] = {}
+        for config in configs:
+            for name, value in config.items():
+                values.setdefault(name, []).append(value)
+        return self.covering(values)
 
     def names(self) -> list[str]:
         """All flag names, sorted."""
         return sorted(self._flags)
 
     def closest(self, name: str) -> str | None:
-        """The known flag name nearest to `name`, or None when nothing is close."""
-        matches = difflib.get_close_matches(name.lstrip("-"), self._flags, n=1, cutoff=0.6)
+        """The cataloged flag name nearest to `name`, or None when nothing is close."""
+        known = [n for n, spec in self._flags.items() if spec.cataloged]
+        matches = difflib.get_close_matches(name.lstrip("-"), known, n=1, cutoff=0.6)
         return matches[0] if matches else None
 
     def groups(self) -> dict[str, GroupSpec]:
@@ -155,8 +182,8 @@ class Catalog:
 def _unknown_flag_message(name: str, closest: str | None) -> str:
     hint = f"Did you mean '{closest}'?" if closest else "Check the spelling."
     return (
-        f"unknown flag '{name}': it is not in autotune's flag catalog. {hint} "
-        "The known flags are listed in autotune/flags/catalog.yaml."
+        f"unknown flag '{name}': it is neither in autotune's flag catalog nor spelled like "
+        f"an XLA flag (xla_...). {hint} `autotune flags list` shows the catalog."
     )
 
 
@@ -207,6 +234,9 @@ def parse_catalog(text: str, origin: str = _CATALOG_FILE) -> Catalog:
 
 
 def _parse_entry(index: int, entry: dict[str, Any]) -> FlagSpec:
+    if "cataloged" in entry:  # only a stand-in for a flag outside the catalog has it
+        raise ValueError(f"flags[{index}] ({entry.get('name', '?')}): 'cataloged' is not a "
+                         "catalog key")
     try:
         return FlagSpec.model_validate(entry)
     except ValidationError as exc:

@@ -10,13 +10,14 @@ set only partly, a flag overridden by another, a flag given twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
-from autotune.flags.compose import parse_flag_string
+from autotune.flags.compose import parse_flag_string, render_value
+from autotune.ground.records import FlagValue
 
 if TYPE_CHECKING:
     from autotune.flags.probe import ProbeReport
@@ -98,6 +99,48 @@ def lint(uses: list[FlagUse], catalog: Catalog, report: ProbeReport | None) -> l
     return findings
 
 
+def probe_extra(uses: Iterable[FlagUse], catalog: Catalog) -> dict[str, list[str]]:
+    """The probe's `extra` for `uses`: every name, with the values given to the
+    `XLA_FLAGS` flags outside the catalog (so the probe says whether XLA parses them)."""
+    extra: dict[str, list[str]] = {}
+    for use in uses:
+        values = extra.setdefault(use.name, [])
+        if use.name not in catalog and use.value is not None and \
+                use.channel is Channel.XLA_FLAGS:
+            values.append(use.value)
+    return extra
+
+
+def xla_refusals(flags: Mapping[str, Iterable[FlagValue]], catalog: Catalog,
+                 report: ProbeReport | None = None) -> list[Finding]:
+    """What refuses a flag of `flags` (name -> the values to check, none for the name
+    alone) on the `XLA_FLAGS` channel: the installed XLA does not know it (UNKNOWN, or
+    OBSOLETE where XLA aborts on it), or cannot parse a value given. The one verdict
+    `spaces validate`, `flags check`, `apply` and `load_config` share, in `lint`'s words.
+
+    `catalog` must hold every name (`Catalog.covering` adds flags outside it). With no
+    `report`, the installed XLA is probed for these names and values (a child process,
+    its answer cached per jaxlib; raises ProbeError when jax cannot start).
+    """
+    values = {n: list(v) for n, v in flags.items()
+              if catalog.get(n).channel is Channel.XLA_FLAGS}
+    if not values:
+        return []
+    if report is None:
+        from autotune.flags.probe import probe
+
+        report = probe(Catalog([]), extra=values)
+    found: list[Finding] = []
+    for name, given in values.items():
+        uses = [FlagUse(name, render_value(v), Channel.XLA_FLAGS) for v in given]
+        for use in uses or [FlagUse(name, None, Channel.XLA_FLAGS)]:
+            refusing = (FindingKind.UNKNOWN, FindingKind.OBSOLETE) + \
+                ((FindingKind.BAD_VALUE,) if use.value is not None else ())  # name alone
+            found += [f for f in _check_one(use, catalog, report)
+                      if f.kind in refusing and f.would_abort and f not in found]
+    return found
+
+
 def _dropped(findings: Iterable[Finding]) -> set[str]:
     """Flags a finding tells the user to drop or replace: unknown or obsolete ones."""
     return {f.flag for f in findings if f.kind in (FindingKind.UNKNOWN, FindingKind.OBSOLETE)}
@@ -113,8 +156,8 @@ def _duplicate(use: FlagUse, first: FlagUse) -> Finding:
 
 def _check_one(use: FlagUse, catalog: Catalog, report: ProbeReport | None) -> list[Finding]:
     spec = catalog.get(use.name) if use.name in catalog else None
-    if spec is None:
-        return _uncatalogued(use, catalog, report)
+    if spec is None or not spec.cataloged:  # outside the catalog: only XLA's answers count
+        return _uncatalogued(use, catalog, report) or _xla_value(use, report)
     if spec.obsolete is not None:
         return [_obsolete(use, spec, report)]
     found = _channel(use, spec)
@@ -227,6 +270,16 @@ def _value(use: FlagUse, spec: FlagSpec, report: ProbeReport | None) -> list[Fin
         return [Finding(FindingKind.BAD_VALUE, use.name, f"--{use.name}: {problem}",
                         _value_fix(spec))]
     return []
+
+
+def _xla_value(use: FlagUse, report: ProbeReport | None) -> list[Finding]:
+    """A value XLA could not parse, for a flag the catalog has no type for."""
+    rejected = report.rejected_values.get(use.name, {}) if report else {}
+    if use.value is None or use.value not in rejected:
+        return []
+    return [Finding(FindingKind.BAD_VALUE, use.name,
+                    f"this XLA rejects --{use.name}={use.value}: {rejected[use.value]}",
+                    f"give --{use.name} a value XLA parses", would_abort=True)]
 
 
 def _value_fix(spec: FlagSpec) -> str:

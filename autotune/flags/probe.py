@@ -161,7 +161,7 @@ def probe(
     catalog: Catalog,
     *,
     python: str | None = None,
-    extra: Iterable[str] = (),
+    extra: Iterable[str] | Mapping[str, Iterable[FlagValue]] = (),
     cache_dir: Path | None = None,
     refresh: bool = False,
     timeout_s: float = 120,
@@ -176,7 +176,9 @@ def probe(
         python: the interpreter of the children (default: this one).
         extra: more names (e.g. from a user's flag string), tried with the value `true`
             (a name whose guessed value XLA refuses is still known); catalog names
-            keep their channel.
+            keep their channel. A mapping gives the values to try of each name outside
+            the catalog (an open flag of a space or an export: `rejected_values` then
+            says which of them XLA cannot parse); a name without values is guessed.
         cache_dir: default `$AUTOTUNE_CACHE_DIR` or `~/.cache/autotune`.
         refresh: probe even when a cached answer exists.
         timeout_s: limit for each child.
@@ -233,14 +235,21 @@ class _Plan:
     channels: dict[Channel, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, catalog: Catalog, extra: Iterable[str]) -> _Plan:
+    def of(cls, catalog: Catalog,
+           extra: Iterable[str] | Mapping[str, Iterable[FlagValue]]) -> _Plan:
         plan, specs = cls(), [catalog.get(name) for name in catalog.names()]
         for channel in (Channel.LIBTPU, Channel.ENV):
             plan.channels[channel] = frozenset(s.name for s in specs if s.channel is channel)
         for spec in (s for s in specs if s.channel is Channel.XLA_FLAGS):
             plan.documented[spec.name] = _documented(spec)
             plan.first[spec.name], plan.typed[spec.name] = _first_value(spec)
+        given = {str(n).lstrip("-"): list(v) for n, v in extra.items()} \
+            if isinstance(extra, Mapping) else {}
         for name in sorted({n.lstrip("-") for n in extra} - set(catalog.names()) - {""}):
+            if given.get(name):  # values to try: a flag outside the catalog, typed by them
+                plan.documented[name] = list(dict.fromkeys(map(render_value, given[name])))
+                plan.first[name], plan.typed[name] = plan.documented[name][0], given[name][0]
+                continue
             plan.first[name], plan.typed[name] = "true", True  # a guess: its type is unknown
             plan.guessed.add(name)
         return plan

@@ -213,6 +213,9 @@ def _to_set(flags: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
     return {
         "flags": dict(flags),
         "changed_from_defaults": changed_flags(flags, catalog),
+        # flags outside autotune's catalog (`autotune.flags.open_flags`): no documented
+        # default, so "changed" above holds each of them as set
+        "not_in_catalog": sorted(name for name in flags if name not in catalog),
         "env": compose_env(flags, {}, catalog),
         "xla_flags": xla_flags_string(flags, catalog),
         "jax": {"compiler_options": options,
@@ -258,7 +261,8 @@ def _defaults(baseline: RunRecord) -> dict[str, Any]:
     m = baseline.outcome.measurement
     assert m is not None
     return {
-        "trial": None, "flags": {}, "changed_from_defaults": {}, "env": {}, "xla_flags": "",
+        "trial": None, "flags": {}, "changed_from_defaults": {}, "not_in_catalog": [],
+        "env": {}, "xla_flags": "",
         "jax": {"compiler_options": {}, "env": {}},
         "measured": {
             "verdict": "no measurable gain", "speedup": 1.0, "speedup_interval": None,

@@ -57,16 +57,46 @@ def did_you_mean(name: object, known: Iterable[str], what: str) -> str:
 
 def check_flag(path: tuple[Any, ...], name: str, catalog: Catalog,
                backend: str) -> Iterator[Problem]:
-    """A flag must be in the catalog and act on the space's backend."""
+    """A flag must be known (in the catalog, or a stand-in for an open flag that
+    `Catalog.covering` added) and act on the space's backend."""
     if name not in catalog:
         hint = did_you_mean(name, catalog.names(), "flags")
-        yield Problem(path, f"flag '{name}' is not in the flag catalog",
-                      f"{hint} Every flag must be listed in autotune/flags/catalog.yaml.")
+        yield Problem(path, f"flag '{name}' is neither in the flag catalog nor spelled like "
+                      "an XLA flag", f"{hint} A flag outside the catalog must be an XLA flag: "
+                      "xla_ then lower-case letters, digits and underscores.")
         return
     flag_backend = catalog.get(name).backend
     if "any" not in (backend, flag_backend) and flag_backend != backend:
         yield Problem(path, f"flag '{name}' acts on {flag_backend}, but this space is for "
                       f"{backend}", "Remove the flag, or set the space's backend to any.")
+
+
+def flag_values(model: SpaceFile) -> dict[str, list[FlagValue]]:
+    """Flag -> the values the file gives it (a param's range ends as its type, its choices,
+    fixed values, group values), for typing flags outside the catalog
+    (`Catalog.covering`)."""
+    values: dict[str, list[FlagValue]] = {}
+    for name, spec in model.params.items():
+        values.setdefault(spec.flag or name, []).extend(_param_values(spec))
+    for group in model.groups.values():
+        for key, value in group.values.items():
+            if key in model.params:
+                values.setdefault(model.params[key].flag or key, []).append(value)
+    for flag, value in model.fixed.items():
+        values.setdefault(flag, []).append(value)
+    return values
+
+
+def _param_values(spec: ParamSpec) -> list[FlagValue]:
+    """Values of a param's type: true and false, its range's ends, its choices."""
+    if spec.type == "bool":
+        return [True, False]
+    ends = [spec.min, spec.max] if spec.type == "pow2_bytes" else [spec.low, spec.high]
+    if spec.type == "float":
+        return [float(v) for v in ends if v is not None]
+    if spec.type in ("int", "pow2_bytes"):
+        return [int(v) for v in ends if v is not None]
+    return list(spec.choices or [])
 
 
 def check_params(model: SpaceFile, catalog: Catalog) -> list[Problem]:

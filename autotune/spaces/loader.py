@@ -26,7 +26,13 @@ from autotune.spaces._yaml import (
     line_of,
     load_with_lines,
 )
-from autotune.spaces.checks import Problem, check_exercised_by, check_fixed, check_params
+from autotune.spaces.checks import (
+    Problem,
+    check_exercised_by,
+    check_fixed,
+    check_params,
+    flag_values,
+)
 from autotune.spaces.params import Param
 from autotune.spaces.relations import check_conditions, check_groups, check_recommended
 from autotune.spaces.schema import SCHEMA_VERSION, SpaceFile, allowed_keys
@@ -112,6 +118,7 @@ def load_space_text(text: str, source: str = "<string>", catalog: Catalog | None
         raise SpaceValidationError(f"{source}:{exc.line}: (yaml): {exc.message}. Fix the "
                                    "YAML syntax at that line.") from exc
     model = _validate_shape(data, source)
+    catalog = catalog.covering(flag_values(model))
     _raise_first(source, data, check_params(model, catalog) + check_fixed(model, catalog))
     _raise_first(source, data, check_exercised_by(model, _benchmark_names))
     _raise_first(source, data, check_groups(model, catalog))

@@ -157,6 +157,20 @@ class Space:
         """Every flag a configuration of this space may set (params and fixed)."""
         return {p.flag for p in self.params.values()} | set(self.fixed)
 
+    def flag_values(self, most: int = 8) -> dict[str, list[FlagValue]]:
+        """Flag -> some of the values a configuration may give it: a param's candidates
+        (only its range's ends when there are more than `most`), a fixed flag's value."""
+        found: dict[str, list[FlagValue]] = {}
+        for param in self.params.values():
+            values = param.values()
+            if values is None or len(values) > most:
+                ends = (param.low, param.high) if values is None else (values[0], values[-1])
+                values = tuple(v for v in ends if v is not None)
+            found[param.flag] = list(values)
+        for flag, value in self.fixed.items():
+            found.setdefault(flag, []).append(value)
+        return found
+
     def sample(self, trial: optuna.trial.BaseTrial) -> dict[str, FlagValue]:
         """Draw one configuration: flag -> value, unset params left out, fixed merged in.
 

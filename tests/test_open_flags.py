@@ -1,0 +1,157 @@
+"""Flags outside the catalog ("open flags", `autotune.flags.open_flags`).
+
+A flag the installed XLA knows but autotune's catalog does not validates, runs a
+real study, exports and applies; one this XLA does not know is refused by
+`spaces validate`, `flags check`, `apply` and `load_config` with the same words;
+a value this XLA cannot parse likewise. Every answer comes from the real jaxlib
+(the probe's children), every command is a real process or the CLI in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_runner import invoke
+from test_apply import export_fixture
+
+import autotune
+from autotune.ground.errors import ConfigFileError
+
+#: In this jaxlib's XLA (it prints it in its usage table) but not in autotune's catalog.
+OPEN = "xla_llvm_disable_expensive_passes"
+#: Spelled like an XLA flag, known to no XLA.
+TYPO = "xla_llvm_disable_expensive_passez"
+#: What every path says of TYPO (`lint.xla_refusals`).
+REFUSED = f"this XLA does not know --{TYPO}: a job with it aborts at start"
+
+SPACE = """\
+schema_version: 1
+name: open-cpu
+backend: cpu
+params:
+  cheap_llvm:
+    type: bool
+    flag: {flag}
+  fast_min_max:
+    type: bool
+    flag: xla_cpu_enable_fast_min_max
+"""
+
+
+def _space(folder: Path, flag: str) -> Path:
+    path = folder / "open.yaml"
+    path.write_text(SPACE.format(flag=flag), encoding="utf-8")
+    return path
+
+
+def test_the_open_flag_is_outside_the_catalog_and_known_to_this_xla():
+    from autotune.flags.catalog import load_catalog
+
+    assert OPEN not in load_catalog() and TYPO not in load_catalog()
+    done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
+                          env={"XLA_FLAGS": f"--{OPEN}=true", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # XLA itself accepts it
+
+
+def test_a_space_with_an_open_flag_validates_and_shows_it_outside_the_catalog(tmp_path):
+    path = _space(tmp_path, OPEN)
+
+    valid = invoke("spaces", "validate", str(path), cwd=tmp_path)
+    shown = invoke("spaces", "show", str(path), "--format", "json", cwd=tmp_path)
+
+    assert valid.exit_code == 0, valid.output
+    assert "valid space 'open-cpu' (cpu), 2 parameters, 4 configurations" in valid.output
+    params = {p["flag"]: p for p in json.loads(shown.stdout)["params"]}
+    assert params[OPEN]["in_catalog"] is False
+    assert params["xla_cpu_enable_fast_min_max"]["in_catalog"] is False
+    flag = invoke("flags", "show", OPEN, "--format", "json", cwd=tmp_path)
+    assert flag.exit_code == 0
+    assert json.loads(flag.stdout)["cataloged"] is False
+    assert json.loads(flag.stdout)["this_xla"]["status"] == "accepted"
+
+
+def test_a_flag_this_xla_does_not_know_is_refused_by_all_four_paths_in_the_same_words(tmp_path):
+    space = invoke("spaces", "validate", str(_space(tmp_path, TYPO)), cwd=tmp_path)
+    check = invoke("flags", "check", f"--{TYPO}=true", "--format", "json", cwd=tmp_path)
+    export = export_fixture(tmp_path, {TYPO: True})
+    apply = invoke("apply", str(export), "--", "true", cwd=tmp_path)
+    with pytest.raises(ConfigFileError) as loaded:
+        autotune.load_config(export)
+
+    assert space.exit_code == 2 and REFUSED in space.stderr, space.output
+    assert check.exit_code == 1, check.output
+    assert [REFUSED in f["message"] for f in json.loads(check.stdout)["findings"]] == [True]
+    assert apply.exit_code == 2 and REFUSED in apply.stderr, apply.output
+    assert REFUSED in str(loaded.value) and f"flags.{TYPO}" in str(loaded.value)
+    assert invoke("flags", "show", TYPO, cwd=tmp_path).exit_code == 2
+    # the file check alone (no XLA) lets it through: only the XLA knows
+    assert invoke("spaces", "validate", str(_space(tmp_path, TYPO)), "--no-xla",
+                  cwd=tmp_path).exit_code == 0
+
+
+def test_a_value_this_xla_cannot_parse_is_refused_for_an_open_flag(tmp_path):
+    words = f"this XLA rejects --{OPEN}=maybe"
+    check = invoke("flags", "check", f"--{OPEN}=maybe", "--format", "json", cwd=tmp_path)
+    with pytest.raises(ConfigFileError, match=f"this XLA rejects --{OPEN}=maybe"):
+        autotune.load_config(export_fixture(tmp_path, {OPEN: "maybe"}))
+
+    found = json.loads(check.stdout)["findings"]
+    assert check.exit_code == 1 and [f["kind"] for f in found] == ["bad_value"]
+    assert words in found[0]["message"] and found[0]["would_abort"] is True
+
+
+def test_an_export_with_an_open_flag_loads_and_applies(tmp_path, monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    export = export_fixture(tmp_path, {OPEN: True, "xla_cpu_enable_fast_math": True})
+
+    config = autotune.load_config(export)
+    printed = invoke("apply", str(export), "--print", cwd=tmp_path)
+
+    assert sorted(config.environ({})["XLA_FLAGS"].split()) == [
+        "--xla_cpu_enable_fast_math=true", f"--{OPEN}=true"]
+    assert config.compiler_options() == {"xla_cpu_enable_fast_math": True}  # the open one: env
+    assert printed.exit_code == 0, printed.output
+    assert f"--{OPEN}=true" in printed.stdout
+
+
+@pytest.mark.slow
+def test_a_real_study_tunes_an_open_flag_and_exports_it(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    short = ["--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
+             "--warmup", "1", "--max-warmup", "3", "--trials", "4", "--confirm", "1",
+             "--confirm-repeats", "2", "--confirm-max", "0", "--no-racing", "--no-shrink"]
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "study", "--space", str(_space(tmp_path, OPEN)),
+         "--name", "open", "--sampler", "grid", *short, "--storage", url],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        rows = db.execute("select trial_number, flags from autotune_runs "
+                          "where role = 'search' and kind = 'ok'").fetchall()
+    tried = {number: json.loads(flags) for number, flags in rows}
+    assert {flags.get(OPEN) for flags in tried.values()} == {True, False}  # the grid, both ways
+    best = subprocess.run([sys.executable, "-m", "autotune", "best", "open", "--format", "json",
+                           "--storage", url], capture_output=True, text=True, timeout=120)
+    ranked = [row for row in json.loads(best.stdout) if row["rank"] is not None]
+    # no documented default: any value of an open flag is a change from XLA's defaults
+    assert ranked and all(OPEN in row["flags_changed"] for row in ranked)
+    number = ranked[0]["trial"]
+    exported = subprocess.run(
+        [sys.executable, "-m", "autotune", "export", "open", "--trial", str(number), "-o",
+         str(tmp_path / "t.yaml"), "--storage", url], capture_output=True, text=True,
+        timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    document = yaml.safe_load((tmp_path / "t.yaml").read_text(encoding="utf-8"))
+    assert document["flags"][OPEN] == tried[number][OPEN]
+    assert OPEN in document["not_in_catalog"]  # marked: no documented default, no type
+    assert f"--{OPEN}={str(tried[number][OPEN]).lower()}" in document["xla_flags"].split()
+    assert document["jax"]["compiler_options"] == {}  # an open flag reaches XLA by XLA_FLAGS
+    assert autotune.load_config(tmp_path / "t.yaml").flags == document["flags"]
