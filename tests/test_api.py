@@ -23,13 +23,13 @@ def test_a_study_created_and_run_from_python_reads_as_the_cli_does(tmp_path, mon
     trials: list[int] = []
     study = autotune.Study.create(space="cpu", benchmark="matmul", preset="tiny", devices=1,
                                   trials=3, steps=5, warmup=1, seed=3, storage=url)
-    assert study.name == "cpu-matmul-tiny"
+    assert study.name == "cpu-matmul-tiny-1dev"
     summary = study.run(confirm=1, confirm_repeats=2, confirm_max=0,
                         on_trial=lambda ev: trials.append(ev.done))
     assert trials == [1, 2, 3] and summary.launched >= 1
 
-    reader = autotune.Study("cpu-matmul-tiny", storage=url)
-    rows = CliRunner().invoke(app, ["best", "cpu-matmul-tiny", "--format", "json",
+    reader = autotune.Study("cpu-matmul-tiny-1dev", storage=url)
+    rows = CliRunner().invoke(app, ["best", "cpu-matmul-tiny-1dev", "--format", "json",
                                     "--storage", url])
     assert reader.best() == json.loads(rows.output)
     measured = [r.role for r in reader.runs() if r.role is not Role.FINGERPRINT]  # fit's
@@ -38,7 +38,7 @@ def test_a_study_created_and_run_from_python_reads_as_the_cli_does(tmp_path, mon
     assert measured[2] in (Role.SEARCH, Role.RACE)
     document = reader.export(tmp_path / "best.yaml")
     written = yaml.safe_load((tmp_path / "best.yaml").read_text())
-    cli = yaml.safe_load(CliRunner().invoke(app, ["export", "cpu-matmul-tiny", "-o", "-",
+    cli = yaml.safe_load(CliRunner().invoke(app, ["export", "cpu-matmul-tiny-1dev", "-o", "-",
                                                   "--storage", url]).output)
     for doc in (document, written, cli):
         doc.pop("exported_at")

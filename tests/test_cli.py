@@ -40,7 +40,7 @@ def finished_study(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_study_measures_baseline_first_then_samples(finished_study):
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    runs = store.runs("cpu-matmul-tiny")
+    runs = store.runs("cpu-matmul-tiny-1dev")
     assert [r.trial_number for r in runs] == [0, 1, 2]
     assert runs[0].role is Role.BASELINE and runs[0].flags == {}
     assert all(r.role is Role.SEARCH for r in runs[1:])
@@ -83,10 +83,10 @@ def flags_under(output: str) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_best_prints_ranked_table_with_baseline(finished_study):
-    result = invoke("best", "cpu-matmul-tiny", cwd=finished_study)
+    result = invoke("best", "cpu-matmul-tiny-1dev", cwd=finished_study)
     assert result.exit_code == 0, result.output
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    search = [r for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH]
+    search = [r for r in store.runs("cpu-matmul-tiny-1dev") if r.role is Role.SEARCH]
     fastest_first = sorted(search, key=lambda r: r.ratio)
     # seed 3 samples two different configurations; nothing was confirmed (--confirm 0)
     assert len({tuple(sorted(r.flags.items())) for r in search}) == 2
@@ -190,7 +190,7 @@ def test_the_best_table_fits_80_columns_and_lists_every_flag_name_whole(tmp_path
 @pytest.mark.slow
 def test_an_unconfirmed_study_exports_xlas_defaults_with_its_candidates(finished_study, tmp_path):
     target = tmp_path / "best.yaml"
-    result = invoke("export", "cpu-matmul-tiny", "-o", str(target), cwd=finished_study)
+    result = invoke("export", "cpu-matmul-tiny-1dev", "-o", str(target), cwd=finished_study)
     assert result.exit_code == 0, result.output
     assert "XLA's defaults (nothing to set)" in result.output
     assert "not recommended: no configuration was confirmed" in result.output
@@ -200,7 +200,7 @@ def test_an_unconfirmed_study_exports_xlas_defaults_with_its_candidates(finished
     assert doc["measured"]["verdict"] == "no measurable gain"
     assert doc["measured_on"]["backend"] == "cpu" and doc["measured_on"]["space"] == "cpu"
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    searched = {r.trial_number for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH}
+    searched = {r.trial_number for r in store.runs("cpu-matmul-tiny-1dev") if r.role is Role.SEARCH}
     assert {c["trial"] for c in doc["candidates"]} <= searched and doc["candidates"]
     assert all(c["verdict"] is None and not c["recommended"] for c in doc["candidates"])
 
@@ -215,10 +215,11 @@ def test_a_study_whose_flags_never_change_the_program_exports_xlas_defaults(tmp_
                     cwd=tmp_path)  # fitting drops them all
     assert result.exit_code == 0, result.output
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
-    tried = [r for r in store.runs("gpu-collectives-matmul-tiny") if r.role is not Role.BASELINE]
+    tried = [r for r in store.runs("gpu-collectives-matmul-tiny-1dev")
+             if r.role is not Role.BASELINE]
     assert len(tried) == 2 and all(r.flags for r in tried)
     assert all(r.outcome.measurement.same_program_as == 0 for r in tried)  # the premise
-    exported = invoke("export", "gpu-collectives-matmul-tiny", "-o", "-", cwd=tmp_path)
+    exported = invoke("export", "gpu-collectives-matmul-tiny-1dev", "-o", "-", cwd=tmp_path)
     doc = yaml.safe_load(exported.stdout)
     assert (doc["recommended"], doc["flags"], doc["xla_flags"]) == (False, {}, "")
     assert doc["measured"]["verdict"] == "no measurable gain"
@@ -228,12 +229,12 @@ def test_a_study_whose_flags_never_change_the_program_exports_xlas_defaults(tmp_
 @pytest.mark.slow
 def test_export_rank_writes_an_explicit_pick_marked_not_recommended(finished_study, tmp_path):
     target = tmp_path / "pick.yaml"
-    result = invoke("export", "cpu-matmul-tiny", "--rank", "1", "-o", str(target),
+    result = invoke("export", "cpu-matmul-tiny-1dev", "--rank", "1", "-o", str(target),
                     cwd=finished_study)
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load(target.read_text())
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    fastest = min((r for r in store.runs("cpu-matmul-tiny") if r.role is Role.SEARCH),
+    fastest = min((r for r in store.runs("cpu-matmul-tiny-1dev") if r.role is Role.SEARCH),
                   key=lambda r: r.ratio)
     assert doc["trial"] == fastest.trial_number and doc["rank"] == 1
     assert doc["recommended"] is False and doc["reason"].startswith("explicit pick: not ")
@@ -242,7 +243,7 @@ def test_export_rank_writes_an_explicit_pick_marked_not_recommended(finished_stu
     for name, value in fastest.flags.items():
         rendered = str(value).lower() if isinstance(value, bool) else str(value)
         assert f"--{name}={rendered}" in doc["xla_flags"]
-    by_trial = invoke("export", "cpu-matmul-tiny", "--trial", str(fastest.trial_number),
+    by_trial = invoke("export", "cpu-matmul-tiny-1dev", "--trial", str(fastest.trial_number),
                       "-o", "-", cwd=finished_study)
     assert yaml.safe_load(by_trial.stdout)["flags"] == doc["flags"]
 
@@ -254,7 +255,7 @@ def test_rerunning_the_same_command_continues_the_study(finished_study):
     more = invoke(*STUDY, "--space", "cpu", "--trials", "4", cwd=finished_study)
     assert more.exit_code == 0, more.output
     store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
-    runs = store.runs("cpu-matmul-tiny", roles=[Role.BASELINE, Role.SEARCH])
+    runs = store.runs("cpu-matmul-tiny-1dev", roles=[Role.BASELINE, Role.SEARCH])
     numbers = [r.trial_number for r in runs]
     # one more launch; Optuna trials between may be repeats answered from the records
     assert numbers[:3] == [0, 1, 2] and len(numbers) == 4 and numbers[3] >= 3
@@ -268,7 +269,8 @@ def test_recommended_configuration_is_the_second_trial(tmp_path):
     assert result.exit_code == 0, result.output
     assert "expect no effect to measure" in result.output
     assert "holds gpu flags but the trials ran on cpu" in result.output
-    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("gpu-collectives-matmul-tiny")
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs(
+        "gpu-collectives-matmul-tiny-1dev")
     assert [r.role for r in runs] == [Role.BASELINE, Role.RECOMMENDED]
     assert runs[1].flags["xla_gpu_all_gather_combine_threshold_bytes"] == 8589934592
     assert runs[1].flags["xla_gpu_enable_latency_hiding_scheduler"] is True
@@ -287,7 +289,7 @@ def test_a_study_with_nothing_left_to_search_confirms_nothing_and_says_so(tmp_pa
     assert "nothing to confirm: the search measured no configuration beside XLA's defaults" \
         in result.output
     assert "confirming" not in result.output and "ran successfully" not in result.output
-    best = invoke("export", "gpu-collectives-matmul-tiny", "-o", "-", "--format", "json",
+    best = invoke("export", "gpu-collectives-matmul-tiny-1dev", "-o", "-", "--format", "json",
                   cwd=tmp_path)
     assert best.exit_code == 0, best.output
     assert json.loads(best.output)["reason"] == (
@@ -296,7 +298,7 @@ def test_a_study_with_nothing_left_to_search_confirms_nothing_and_says_so(tmp_pa
 
 def test_studies_lists_what_the_database_holds(finished_study):
     result = invoke("studies", cwd=finished_study)
-    assert result.exit_code == 0 and "cpu-matmul-tiny" in result.output
+    assert result.exit_code == 0 and "cpu-matmul-tiny-1dev" in result.output
 
 
 @pytest.mark.parametrize(
@@ -389,7 +391,7 @@ def test_baseline_that_fails_stops_the_study_and_is_kept(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "the baseline (XLA's defaults, no flags) ended as unknown_flag" in result.output
     assert "--xla_bogus_flag=1" in result.output
-    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-matmul-tiny")
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-matmul-tiny-1dev")
     assert len(runs) == 1 and runs[0].outcome.kind.value == "unknown_flag"
 
 
@@ -431,7 +433,7 @@ def test_drop_unknown_leaves_the_flag_out_and_says_so(tmp_path):
                     cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "left out 1 flag this XLA" in result.output
-    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("old-guide-matmul-tiny")
+    runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("old-guide-matmul-tiny-1dev")
     # what is left (fast math on or off) fits in 3 trials: auto measured both, then stopped
     assert len(runs) == 2 and {tuple(r.flags.items()) for r in runs} == {
         (), (("xla_cpu_enable_fast_math", True),)}
@@ -445,8 +447,12 @@ def test_spaces_show_and_validate(tmp_path):
     assert shown.exit_code == 0
     assert "xla_memory_scheduler" in shown.output and "recommended:" in shown.output
     (tmp_path / "old.yaml").write_text(OLD_GUIDE)
-    valid = invoke("spaces", "validate", "old.yaml", cwd=tmp_path)
+    valid = invoke("spaces", "validate", "old.yaml", "--no-xla", cwd=tmp_path)
     assert valid.exit_code == 0 and "valid space 'old-guide'" in valid.output
+    # asked of this XLA (the default), its obsolete flag stops it, as it stops a study
+    refused = invoke("spaces", "validate", "old.yaml", cwd=tmp_path)
+    assert refused.exit_code == 2
+    assert "--xla_gpu_enable_pipelined_collectives is obsolete" in refused.output
     (tmp_path / "bad.yaml").write_text(OLD_GUIDE.replace("type: bool\n    source: test",
                                                          "type: boolean\n    source: test"))
     invalid = invoke("spaces", "validate", "bad.yaml", cwd=tmp_path)
@@ -472,7 +478,7 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
                     "--no-fit", "--no-racing", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "confirming the best configuration:" in result.output
-    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny")
+    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_step-tiny-1dev")
     runs = [r for r in stored if r.role not in SHRINK_ROLES]
     roles = [r.role for r in runs]
     assert roles[:3] == [Role.BASELINE, Role.SEARCH, Role.SEARCH]
@@ -482,7 +488,7 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     shrunk = [r for r in stored if r.role in SHRINK_ROLES]
     assert bool(shrunk) == recommend(stored).recommended
     if shrunk:
-        exported = yaml.safe_load(invoke("export", "cpu-my_step-tiny", "-o", "-",
+        exported = yaml.safe_load(invoke("export", "cpu-my_step-tiny-1dev", "-o", "-",
                                          cwd=tmp_path).stdout)
         assert exported["recommended"] and exported["flags"].items() <= min(
             runs[1:3], key=lambda r: r.ratio).flags.items()
@@ -499,7 +505,7 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     assert all(r.outcome.ok and r.outcome.measurement.step_times_s for r in confirm)
     assert f"confirm 1/2: trial #{best.trial_number} " in result.output
     assert f"confirm 2/2: trial #{best.trial_number} " in result.output
-    shown = invoke("trials", "cpu-my_step-tiny", cwd=tmp_path)
+    shown = invoke("trials", "cpu-my_step-tiny-1dev", cwd=tmp_path)
     assert shown.exit_code == 0 and "median step (95% CI)" in shown.output
     assert "(baseline)" in shown.output
     assert [(row[1], row[2]) for row in table_rows(shown.output)] == [
@@ -515,7 +521,7 @@ def test_command_example_tunes_end_to_end(tmp_path):
                     f"{sys.executable} {program} --size 64", "--trials", "2", "--confirm", "0",
                     *QUICK, cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_program-tiny")
+    stored = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs("cpu-my_program-tiny-1dev")
     runs = [r for r in stored if r.role is not Role.FINGERPRINT]
     assert len(runs) == 2 and all(r.outcome.ok for r in runs)
     # the space was fitted by compiling through the command too (compile-only jobs)
@@ -561,7 +567,7 @@ def test_a_program_measured_already_is_not_timed_again(tmp_path):
                     cwd=tmp_path)  # fitting would drop every flag before a trial
     assert result.exit_code == 0, result.output
     runs = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").runs(
-        "gpu-collectives-matmul-tiny")
+        "gpu-collectives-matmul-tiny-1dev")
     assert [r.role for r in runs] == [Role.BASELINE, Role.RECOMMENDED, Role.SEARCH, Role.SEARCH]
     baseline, *others = runs
     assert baseline.outcome.measurement.timed_steps == 5
@@ -572,7 +578,7 @@ def test_a_program_measured_already_is_not_timed_again(tmp_path):
         assert run.ratio == baseline.ratio  # the baseline program's own measurement
         assert m.same_program_as_baseline is True
         assert run.outcome.message == "the same program as trial 0, which measured it"
-    best = invoke("best", "gpu-collectives-matmul-tiny", cwd=tmp_path).output
+    best = invoke("best", "gpu-collectives-matmul-tiny-1dev", cwd=tmp_path).output
     assert [row[0] for row in table_rows(best)] == ["baseline"]  # one program to rank
     assert "3 trials compiled to a program another trial had timed: not timed again" in best
 
@@ -594,17 +600,17 @@ def test_a_rerun_with_another_plan_exits_2_naming_each_field_and_writes_nothing(
              "--devices", "1", "--trials", "1", "--confirm", "0", "--steps", "5"]
     assert invoke(*first, cwd=tmp_path).exit_code == 0
     db = tmp_path / "autotune.db"
-    runs_before = len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny"))
+    runs_before = len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny-1dev"))
 
     other_steps = invoke(*first[:-1], "7", cwd=tmp_path)
     assert other_steps.exit_code == 2, other_steps.output
-    assert "study 'tiny-matmul-tiny' was created with steps 5 (asked for 7): resume it " \
+    assert "study 'tiny-matmul-tiny-1dev' was created with steps 5 (asked for 7): resume it " \
            "with its original settings" in " ".join(other_steps.output.split())
 
     space.write_text(TINY_SPACE.replace("one CPU flag", "one CPU flag, edited"))
     edited = invoke(*first, cwd=tmp_path)
     assert edited.exit_code == 2 and "space_sha256" in edited.output
-    assert len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny")) == runs_before
+    assert len(Store.open(f"sqlite:///{db}").runs("tiny-matmul-tiny-1dev")) == runs_before
 
     space.write_text(TINY_SPACE)
     again = invoke(*first[:9], "--trials", "2", *first[11:], cwd=tmp_path)  # more trials: fine

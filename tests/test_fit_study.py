@@ -247,8 +247,8 @@ def test_a_real_study_fits_its_space_with_real_compiles(tmp_path):
                   "--confirm", "0", "--trials", "3", cwd=tmp_path)
     assert done.exit_code == 0, done.output
     store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}", upgrade=False)
-    fit = SpaceFit.from_json(store.get_study("cpu-matmul-tiny").space_fit or {})
-    runs = store.runs("cpu-matmul-tiny")
+    fit = SpaceFit.from_json(store.get_study("cpu-matmul-tiny-1dev").space_fit or {})
+    runs = store.runs("cpu-matmul-tiny-1dev")
     base = next(r for r in runs if r.role is Role.BASELINE).outcome.measurement
     assert base is not None and base.fingerprint and base.collectives == {}  # one device
     probes = [r for r in runs if r.role is Role.FINGERPRINT]

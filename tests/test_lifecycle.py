@@ -79,9 +79,9 @@ def test_a_fixed_workload_starts_over_with_restart(tmp_path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS")
     again = invoke(*STUDY, "--trials", "2", "--restart", cwd=tmp_path)
     assert again.exit_code == 0, again.output
-    assert "--restart: deleted study 'cpu-matmul-tiny' and its 1 runs" in again.output
+    assert "--restart: deleted study 'cpu-matmul-tiny-1dev' and its 1 runs" in again.output
     with Store.open(f"sqlite:///{tmp_path / 'autotune.db'}") as store:
-        runs = store.runs("cpu-matmul-tiny")
+        runs = store.runs("cpu-matmul-tiny-1dev")
     baseline = [r for r in runs if r.role is Role.BASELINE]
     assert len(baseline) == 1 and baseline[0].outcome.ok
 
@@ -95,7 +95,7 @@ def test_keep_trial_files_keeps_every_trials_folder_with_its_full_logs(tmp_path)
     assert done.exit_code == 0, done.output
     folders = sorted(kept.glob("autotune-trial-*"))
     with Store.open(f"sqlite:///{tmp_path / 'autotune.db'}") as store:
-        runs = store.runs("cpu-matmul-tiny")
+        runs = store.runs("cpu-matmul-tiny-1dev")
     assert len(folders) == len(runs) >= 2
     for folder in folders:
         assert {"stdout.txt", "stderr.txt", "result.json", "flags.json"} <= {

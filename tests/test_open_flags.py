@@ -155,3 +155,41 @@ def test_a_real_study_tunes_an_open_flag_and_exports_it(tmp_path):
     assert f"--{OPEN}={str(tried[number][OPEN]).lower()}" in document["xla_flags"].split()
     assert document["jax"]["compiler_options"] == {}  # an open flag reaches XLA by XLA_FLAGS
     assert autotune.load_config(tmp_path / "t.yaml").flags == document["flags"]
+
+
+# --- every flag this XLA knows (`flags list --all`, `autotune.flags.registry`) -------------
+
+
+def test_the_registry_sorts_candidates_by_what_xla_says():
+    from autotune.flags.registry import known_flags
+
+    found = known_flags(candidates=[
+        OPEN,  # a bool outside the catalog: `1` parses
+        "xla_cpu_enable_fast_math",  # a catalog flag
+        "xla_fuel",  # XLA names it: "Illegal value for --xla_fuel. Saw 1"
+        "xla_step_marker_location",  # an enum whose parser refuses `1` without a word
+        TYPO, "xla_nope_zz"])  # listed as unknown
+    assert found.names == tuple(sorted([OPEN, "xla_cpu_enable_fast_math", "xla_fuel",
+                                        "xla_step_marker_location"]))
+    assert found.candidates == 6 and found.runs >= 3
+
+
+@pytest.mark.slow
+def test_flags_list_all_shows_what_this_xla_knows_beside_the_catalog(tmp_path):
+    from autotune.flags.catalog import Channel, load_catalog
+
+    listed = invoke("flags", "list", "--all", "--format", "json", cwd=tmp_path)
+    assert listed.exit_code == 0, listed.output
+    rows = {row["flag"]: row for row in json.loads(listed.stdout)}
+    assert rows[OPEN] | {} == {"flag": OPEN, "type": None, "default": None,
+                               "recommended": None, "backend": "any", "channel": "xla_flags",
+                               "status": "not in the catalog", "in_catalog": False,
+                               "known_to_xla": True}
+    assert TYPO not in rows
+    # the discovery agrees with the catalog's own facts: of its XLA_FLAGS flags, exactly
+    # the obsolete ones are unknown to this jaxlib
+    flags = [spec for spec in load_catalog() if spec.channel is Channel.XLA_FLAGS]
+    assert {s.name for s in flags if not rows[s.name]["known_to_xla"]} == {
+        s.name for s in flags if s.obsolete is not None}
+    assert len([r for r in rows.values() if not r["in_catalog"]]) > 100
+    assert rows["xla_gpu_enable_triton_gemm"]["backend"] == "gpu"

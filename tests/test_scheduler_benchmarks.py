@@ -317,7 +317,7 @@ def test_a_short_study_measures_it(tmp_path, name, kind):
                     "--seed", "3", "--confirm", "0", "--no-fit", "--no-racing",
                     "--storage", url, cwd=tmp_path)
     assert result.exit_code == 0, result.output
-    runs = Store.open(url).runs(f"cpu-{name}-tiny")
+    runs = Store.open(url).runs(f"cpu-{name}-tiny-{DEVICES}dev")
     assert [r.role for r in runs] == [Role.BASELINE, Role.SEARCH]
     assert all(r.outcome.ok and r.ratio for r in runs), [r.outcome for r in runs]
     baseline = runs[0].outcome.measurement

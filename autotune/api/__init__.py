@@ -14,7 +14,7 @@ or imports typer or rich; progress reaches the caller through callbacks.
     study.best()                # the rows of `autotune best --format json`
     study.export("best.yaml")   # the document `autotune export` writes
 
-    Study("cpu-matmul-tiny").best()   # an existing study, read only
+    Study("cpu-matmul-tiny-1dev").best()   # an existing study, read only
 
 Modules: `store` (the storage URL, opening the store), `inputs` (the user's
 words checked), `plan` (`plan_study`, `join_study`), `study` (`Study`),

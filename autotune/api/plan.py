@@ -99,7 +99,9 @@ def plan_study(options: StudyOptions | None = None, *,
                               allow_backend_mismatch=o.allow_backend_mismatch)
     env = dict(os.environ if base_env is None else base_env)
     plan = StudyPlan(
-        name=o.name or f"{loaded.name}-{work.name}-{o.preset}", space_name=loaded.name,
+        name=o.name or default_name(loaded.name, work.name, o.preset,
+                                    report.device_count or o.devices),
+        space_name=loaded.name,
         space=checked.space, workload=work, options=o, mode=mode, objectives=objectives,
         base_env=env, command=argv, memory_limit_bytes=limit, memory_budget_bytes=budget)
     recipe = {
@@ -110,6 +112,13 @@ def plan_study(options: StudyOptions | None = None, *,
                      if k.startswith(BASE_ENV_PREFIXES) and k not in OWN_ENV},
         "autotune": _identity()}
     return PlannedStudy(replace(plan, recipe=recipe), checked, report)
+
+
+def default_name(space: str, workload: str, preset: str, devices: int) -> str:
+    """A study's name when none is given: SPACE-WORKLOAD-PRESET-Ndev, N the devices JAX
+    sees in the study's environment (`--devices` on a CPU), so the same workload on
+    another device count is another study."""
+    return f"{space}-{workload}-{preset}-{devices}dev"
 
 
 def join_study(name: str, storage: str, *, trials: int | None = None) -> Joined:

@@ -257,17 +257,22 @@ def flags_list(
     backend: Annotated[str | None, typer.Option(help="gpu, tpu, cpu or any.")] = None,
     channel: Annotated[str | None, typer.Option(help="xla_flags, libtpu or env.")] = None,
     space: Annotated[str | None, typer.Option(help="Only the flags of this space.")] = None,
+    every: Annotated[bool, typer.Option(
+        "--all", help="Also every flag the installed XLA knows that the catalog does not "
+        "(asked of jaxlib once per version, cached; the first time takes a minute).")] = False,
     fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
     """List the flags autotune knows, with documented default and recommended values.
 
-    An unknown --backend or --channel is a UsageError (exit 2) naming the known
-    ones, raised before anything is printed. JSON: a list of `{flag, type, default,
-    recommended, backend, channel, status}` (values as JSON; `status` "" for a current
-    flag, else obsolete, deprecated or no effect, with what replaces it).
+    With --all, also every flag the installed XLA's `XLA_FLAGS` knows outside the
+    catalog (status "not in the catalog"; backend from its name: xla_gpu_ is gpu...),
+    and catalog flags this XLA does not know say so. An unknown --backend or --channel
+    is a UsageError (exit 2) naming the known ones, raised before anything is printed.
+    JSON: a list of `{flag, type, default, recommended, backend, channel, status,
+    in_catalog, known_to_xla}` (values as JSON; `status` "" for a current flag, else
+    obsolete, deprecated, no effect or not in the catalog; `known_to_xla` null
+    without --all).
     """
-    from rich.table import Table
-
     from autotune import spaces
     from autotune.flags.catalog import Backend, Channel, load_catalog
 
@@ -276,21 +281,57 @@ def flags_list(
     if channel is not None:
         one_of(channel, (c.value for c in Channel), "channel")
     catalog = load_catalog()
+    known = _known_to_xla() if every else None
     only = spaces.load_space(space).flags() if space else None
-    specs = [spec for spec in catalog
-             if backend in (None, spec.backend.value) and channel in (None, spec.channel.value)
-             and (only is None or spec.name in only)]
+    rows = [_flag_row(spec, known) for spec in catalog]
+    rows += [_open_row(name) for name in sorted(set(known or ()) - set(catalog.names()))]
+    rows = [row for row in rows if backend in (None, row["backend"])
+            and channel in (None, row["channel"]) and (only is None or row["flag"] in only)]
     if fmt == OutputFormat.JSON:
-        print_json([{"flag": spec.name, "type": spec.type.value, "default": spec.default,
-                     "recommended": spec.recommended, "backend": spec.backend.value,
-                     "channel": spec.channel.value, "status": _status(spec)}
-                    for spec in specs])
+        print_json(rows)
         return
+    _print_flags(rows)
+
+
+def _known_to_xla() -> frozenset[str]:
+    """Every flag the installed XLA's XLA_FLAGS knows (`flags.registry`)."""
+    from autotune.flags.registry import known_flags
+
+    with out.status("asking the installed XLA which flags it knows..."):
+        return frozenset(known_flags().names)
+
+
+def _flag_row(spec: Any, known: frozenset[str] | None) -> dict[str, Any]:
+    """A catalog entry's row of `flags list`; `known`: what this XLA knows (or None)."""
+    from autotune.flags.catalog import Channel
+
+    knows = None if known is None or spec.channel is not Channel.XLA_FLAGS \
+        else spec.name in known
+    status = _status(spec)
+    if knows is False and not status.startswith("obsolete"):
+        status = ", ".join(filter(None, [status, "not known to this XLA"]))
+    return {"flag": spec.name, "type": spec.type.value, "default": spec.default,
+            "recommended": spec.recommended, "backend": spec.backend.value,
+            "channel": spec.channel.value, "status": status, "in_catalog": True,
+            "known_to_xla": knows}
+
+
+def _open_row(name: str) -> dict[str, Any]:
+    """The row of a flag this XLA knows outside the catalog (its backend from its name)."""
+    backend = next((b for b in ("gpu", "cpu", "tpu") if name.startswith(f"xla_{b}_")), "any")
+    return {"flag": name, "type": None, "default": None, "recommended": None,
+            "backend": backend, "channel": "xla_flags", "status": "not in the catalog",
+            "in_catalog": False, "known_to_xla": True}
+
+
+def _print_flags(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
     table = Table("flag", "type", "default", "recommended", "backend", "channel", "status")
-    for spec in specs:
-        table.add_row(literal(spec.name), spec.type.value, _show(spec.default),
-                      _show(spec.recommended),
-                      spec.backend.value, spec.channel.value, literal(_status(spec)))
+    for row in rows:
+        table.add_row(literal(row["flag"]), row["type"] or "-", _show(row["default"]),
+                      _show(row["recommended"]), row["backend"], row["channel"],
+                      literal(row["status"]))
     out.print(table)
 
 

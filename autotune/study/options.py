@@ -93,7 +93,8 @@ class StudyOptions(Options):
         "Tune any program that measures through autotune.bench.report() (split like a shell "
         "would, never run by one)."))
     trials: int = Field(12, ge=1, description="Trials the study should hold in all.")
-    name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET).")
+    name: str | None = Field(None, description="Study name (default SPACE-BENCHMARK-PRESET-"
+                             "Ndev, N the devices JAX sees: cpu-matmul-small-8dev).")
     sampler: str = Field("auto", description=(
         "auto, tpe, random, grid, nsga2 or gp (auto: grid when the whole space fits in "
         "--trials, else tpe for one objective and nsga2 for two)."),
