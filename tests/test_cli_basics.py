@@ -89,7 +89,7 @@ def test_flags_list_show_and_check_speak_json(tmp_path):
     fast = next(row for row in listed if row["flag"] == "xla_cpu_enable_fast_math")
     assert fast == {"flag": "xla_cpu_enable_fast_math", "type": "bool", "default": False,
                     "recommended": None, "backend": "cpu", "channel": "xla_flags",
-                    "status": ""}
+                    "status": "", "in_catalog": True, "known_to_xla": None}  # None: no --all
     shown = _json("flags", "show", "xla_cpu_enable_fast_math", cwd=tmp_path)
     assert shown["name"] == "xla_cpu_enable_fast_math"
     assert shown["this_xla"]["status"] == "accepted"

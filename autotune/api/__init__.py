@@ -31,6 +31,7 @@ from autotune.api.inputs import one_of
 from autotune.api.store import DEFAULT_STORAGE, open_store, require_database, sqlite_file
 
 if TYPE_CHECKING:
+    from autotune.api.audit import AuditReport, audit_report, measure_audit, plan_audit
     from autotune.api.plan import (
         BASE_ENV_PREFIXES,
         OWN_ENV,
@@ -50,11 +51,14 @@ _LAZY = {"BASE_ENV_PREFIXES": "autotune.api.plan", "OWN_ENV": "autotune.api.plan
          "Joined": "autotune.api.plan", "PlannedStudy": "autotune.api.plan",
          "join_study": "autotune.api.plan", "plan_study": "autotune.api.plan",
          "PgleResult": "autotune.api.profiling", "pgle": "autotune.api.profiling",
-         "Study": "autotune.api.study", "StudyOptions": "autotune.study.options"}
+         "Study": "autotune.api.study", "StudyOptions": "autotune.study.options",
+         "AuditReport": "autotune.api.audit", "audit_report": "autotune.api.audit",
+         "measure_audit": "autotune.api.audit", "plan_audit": "autotune.api.audit"}
 
-__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "Joined", "PgleResult",
-           "PlannedStudy", "Study", "StudyOptions", "join_study", "one_of", "open_store", "pgle",
-           "plan_study", "require_database", "sqlite_file"]
+__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "AuditReport", "Joined",
+           "PgleResult", "PlannedStudy", "Study", "StudyOptions", "audit_report", "join_study",
+           "measure_audit", "one_of", "open_store", "pgle", "plan_audit", "plan_study",
+           "require_database", "sqlite_file"]
 
 
 def __getattr__(name: str) -> Any:

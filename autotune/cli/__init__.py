@@ -11,7 +11,17 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli import apply, catalog, dashboard, importance, pgle, results, study, worker
+from autotune.cli import (
+    apply,
+    audit,
+    catalog,
+    dashboard,
+    importance,
+    pgle,
+    results,
+    study,
+    worker,
+)
 from autotune.cli._common import friendly, out
 from autotune.ground.resources import DISTRIBUTION, VERSION
 
@@ -36,6 +46,7 @@ app.command("delete")(friendly(results.delete))
 app.command("trials")(friendly(results.trials))
 app.command("importance")(friendly(importance.importance))
 app.command("apply")(friendly(apply.apply))
+app.command("audit")(friendly(audit.audit))
 app.command("pgle")(friendly(pgle.pgle))
 app.command("dashboard")(friendly(dashboard.dashboard))
 app.command("report")(friendly(dashboard.report))

@@ -74,6 +74,11 @@ class _Lines(service.Watcher):
                   f"{_confirm_text(event)}", highlight=False)
 
 
+def lines() -> service.Watcher:
+    """The watcher that prints one line per run after the search (`autotune audit`)."""
+    return _Lines()
+
+
 def finish(runner: StudyRunner, after: AfterSearch) -> None:
     """After the search: confirm, shrink and PGLE as `after` asks (one line per run), then
     print the best table."""

@@ -191,7 +191,7 @@ def _check(state: Shrink, removals: list[Removal], current: dict[str, FlagValue]
     if len(checks) < repeats:
         return _with(state, removals=removals,
                      next=Step(dict(current), Role.MINIMAL, None, repeats - len(checks)))
-    estimate = _estimate(checks)
+    estimate = paired_estimate(checks)
     holds = estimate is not None and not estimate.includes_one and estimate.ratio < 1
     if holds:
         return _with(state, removals=removals, minimal=current, check=estimate)
@@ -203,7 +203,7 @@ def _check(state: Shrink, removals: list[Removal], current: dict[str, FlagValue]
 
 
 def _timed_removal(name: str, value: FlagValue, timed: list[RunRecord]) -> Removal:
-    estimate = _estimate(timed)
+    estimate = paired_estimate(timed)
     if estimate is None:
         return Removal(name, value, Effect.FAILED, False)
     slower = not estimate.includes_one and estimate.ratio > 1
@@ -211,7 +211,7 @@ def _timed_removal(name: str, value: FlagValue, timed: list[RunRecord]) -> Remov
                    estimate)
 
 
-def _estimate(timed: list[RunRecord]) -> RatioEstimate | None:
+def paired_estimate(timed: list[RunRecord]) -> RatioEstimate | None:
     """The paired ratio over the runs; None when any failed (a removal that breaks the
     program, or the numerics guard, is not evidence that the flag is unneeded)."""
     ms = [r.outcome.measurement for r in timed]

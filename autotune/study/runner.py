@@ -277,6 +277,12 @@ class StudyRunner:
         is nothing to shrink here."""
         return shrink_phase.shrink_recommendation(self.ctx, repeats, on_run)
 
+    def shrink_trial(self, source: RunRecord, repeats: int,
+                     on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:
+        """Shrink `source`'s configuration whether or not it is recommended
+        (`autotune.study.shrink.shrink_trial`; `autotune audit`)."""
+        return shrink_phase.shrink_trial(self.ctx, source, repeats, on_run)
+
     def pgle(self, top: int, repeats: int,
              on_run: Callable[[PgleEvent], None] | None = None
              ) -> list[tuple[int, dict[str, FlagValue]]]:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from autotune.flags.compose import compiler_options
 from autotune.ground.proc import raise_if_interrupted
-from autotune.ground.records import ClaimRecord, ClaimVerdict, Role, TrialOutcome
+from autotune.ground.records import ClaimRecord, ClaimVerdict, Role, RunRecord, TrialOutcome
 from autotune.results.ranking import recommend
 from autotune.results.shrink import Shrink, Step, shrink
 from autotune.study.context import StudyContext
@@ -35,10 +35,18 @@ def shrink_recommendation(ctx: StudyContext, repeats: int,
     rec = recommend(runs, plan.objectives, plan.memory_budget_bytes)
     if rec.run is None or not plan.paired:
         return None
-    state = shrink(runs, rec.run, ctx.judge.catalog, repeats)
+    return shrink_trial(ctx, rec.run, repeats, on_run)
+
+
+def shrink_trial(ctx: StudyContext, source: RunRecord, repeats: int,
+                 on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:
+    """Shrink the configuration of `source` (a trial's search run), recommended or not
+    (`autotune audit` ablates a flag set whatever it measured), as
+    `shrink_recommendation` does: None when another process shrinks it now."""
+    state = shrink(ctx.runs(), source, ctx.judge.catalog, repeats)
     if state.done:
         return state
-    verdict, claim = ctx.claim(f"shrink:{state.trial_number}", Role.ABLATION, rec.run.flags,
+    verdict, claim = ctx.claim(f"shrink:{state.trial_number}", Role.ABLATION, source.flags,
                                state.trial_number)
     if claim is None or verdict is not ClaimVerdict.CLAIMED:
         return None
@@ -49,7 +57,7 @@ def shrink_recommendation(ctx: StudyContext, repeats: int,
                 outcome = _measure(ctx, state.trial_number, state.next, claim)
                 if on_run:
                     on_run(ShrinkEvent(state.trial_number, state.next, outcome))
-            state = shrink(ctx.runs(), rec.run, ctx.judge.catalog, repeats)
+            state = shrink(ctx.runs(), source, ctx.judge.catalog, repeats)
     return state
 
 
