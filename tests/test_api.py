@@ -31,7 +31,9 @@ def test_a_study_created_and_run_from_python_reads_as_the_cli_does(tmp_path, mon
     reader = autotune.Study("cpu-matmul-tiny-1dev", storage=url)
     rows = CliRunner().invoke(app, ["best", "cpu-matmul-tiny-1dev", "--format", "json",
                                     "--storage", url])
-    assert reader.best() == json.loads(rows.output)
+    best = reader.best()
+    assert [entry.to_json() for entry in best] == json.loads(rows.output)
+    assert best[0].rank is None and best[0].trial == 0  # typed: the baseline first
     measured = [r.role for r in reader.runs() if r.role is not Role.FINGERPRINT]  # fit's
     # the baseline, then a search trial and either another or a race of the leader
     assert measured[:2] == [Role.BASELINE, Role.SEARCH]
@@ -44,8 +46,8 @@ def test_a_study_created_and_run_from_python_reads_as_the_cli_does(tmp_path, mon
         doc.pop("exported_at")
     assert document == written == cli
     rec = reader.recommendation()
-    assert rec["recommended"] == document["recommended"]
-    assert rec["trial"] == document["trial"] and rec["reason"] == document["reason"]
+    assert rec.recommended == document["recommended"]
+    assert rec.trial == document["trial"] and rec.reason == document["reason"]
 
 
 def stored_study(tmp_path: Path) -> str:
@@ -62,8 +64,10 @@ def stored_study(tmp_path: Path) -> str:
 
 def test_reading_a_study_never_runs_it(tmp_path):
     study = autotune.Study("s", storage=stored_study(tmp_path))
-    assert study.recommendation() == {"recommended": False, "trial": None, "reason": (
+    assert study.recommendation().to_json() == {"recommended": False, "trial": None, "reason": (
         "no configuration beside XLA's defaults was measured: keep XLA's defaults")}
+    [baseline] = study.best()
+    assert (baseline.rank, baseline.trial, baseline.recommended) == (None, 0, False)
     assert study.shrunk() is None
     with pytest.raises(UsageError, match="opened for reading"):
         study.run()

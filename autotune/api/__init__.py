@@ -10,8 +10,8 @@ or imports typer or rich; progress reaches the caller through callbacks.
     study = Study.create(space="cpu", benchmark="matmul", preset="tiny", devices=1,
                          trials=8, storage="sqlite:///autotune.db")
     study.run(confirm=2, confirm_repeats=3)
-    study.recommendation()      # {"recommended": False, "trial": None, "reason": "..."}
-    study.best()                # the rows of `autotune best --format json`
+    study.recommendation()      # RecommendationResult(recommended, trial, reason)
+    study.best()                # [BestEntry]; .to_json() is `best --format json`'s row
     study.export("best.yaml")   # the document `autotune export` writes
 
     Study("cpu-matmul-tiny-1dev").best()   # an existing study, read only
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         plan_study,
     )
     from autotune.api.profiling import PgleResult, pgle
+    from autotune.api.results import BestEntry, RecommendationResult
     from autotune.api.study import Study
     from autotune.study.options import StudyOptions
 
@@ -53,10 +54,13 @@ _LAZY = {"BASE_ENV_PREFIXES": "autotune.api.plan", "OWN_ENV": "autotune.api.plan
          "PgleResult": "autotune.api.profiling", "pgle": "autotune.api.profiling",
          "Study": "autotune.api.study", "StudyOptions": "autotune.study.options",
          "AuditReport": "autotune.api.audit", "audit_report": "autotune.api.audit",
-         "measure_audit": "autotune.api.audit", "plan_audit": "autotune.api.audit"}
+         "measure_audit": "autotune.api.audit", "plan_audit": "autotune.api.audit",
+         "BestEntry": "autotune.api.results",
+         "RecommendationResult": "autotune.api.results"}
 
-__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "AuditReport", "Joined",
-           "PgleResult", "PlannedStudy", "Study", "StudyOptions", "audit_report", "join_study",
+__all__ = ["BASE_ENV_PREFIXES", "DEFAULT_STORAGE", "OWN_ENV", "AuditReport", "BestEntry",
+           "Joined", "PgleResult", "PlannedStudy", "RecommendationResult", "Study",
+           "StudyOptions", "audit_report", "join_study",
            "measure_audit", "one_of", "open_store", "pgle", "plan_audit", "plan_study",
            "require_database", "sqlite_file"]
 

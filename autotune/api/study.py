@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.api.inputs import one_of
 from autotune.api.plan import PlannedStudy, plan_study
+from autotune.api.results import BestEntry, RecommendationResult
 from autotune.api.store import DEFAULT_STORAGE, open_store
 from autotune.ground.errors import UsageError
 
@@ -108,25 +109,25 @@ class Study:
         """Every stored run of the study, in the order they were made."""
         return self._read()[1]
 
-    def best(self, limit: int = 10) -> list[dict[str, Any]]:
-        """The rows of `autotune best --format json`: the baseline, then the best `limit`."""
+    def best(self, limit: int = 10) -> list[BestEntry]:
+        """The rows of `autotune best`: the baseline, then the best `limit` (`BestEntry`;
+        `.to_json()` is the row of `best --format json`)."""
         from autotune.flags.catalog import load_catalog
         from autotune.results.study_results import StudyResults
 
         record, runs = self._read()
         results = StudyResults.of(record, runs, load_catalog())
-        return results.best_json(results.rows(limit))
+        return [BestEntry.of(row) for row in results.best_json(results.rows(limit))]
 
-    def recommendation(self) -> dict[str, Any]:
-        """What autotune recommends: `{recommended, trial, reason}` (trial None: XLA's
+    def recommendation(self) -> RecommendationResult:
+        """What autotune recommends (`RecommendationResult`: `trial` None means XLA's
         defaults)."""
         from autotune.flags.catalog import load_catalog
         from autotune.results.study_results import StudyResults
 
         rec = StudyResults.of(*self._read(), load_catalog()).recommendation
-        return {"recommended": rec.recommended,
-                "trial": rec.run.trial_number if rec.run is not None else None,
-                "reason": rec.reason}
+        return RecommendationResult(
+            rec.recommended, rec.run.trial_number if rec.run is not None else None, rec.reason)
 
     def shrunk(self) -> Shrink | None:
         """The recommendation's shrinking as stored (None when nothing is recommended)."""
