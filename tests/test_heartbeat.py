@@ -77,7 +77,7 @@ def test_a_failing_database_does_not_stop_the_heartbeat(caplog):
     with claim_heartbeat(store, 7, every_s=EVERY_S):
         time.sleep(15 * EVERY_S)
     assert len(store.calls) >= 4  # two failures, then it went on beating
-    warned = [r for r in caplog.records if "cannot beat the heartbeat of claim 7" in r.message]
+    warned = [r for r in caplog.records if "cannot record the heartbeat of claim 7" in r.message]
     assert len(warned) == 1  # said once per run of failures
     assert heartbeats() == []
 

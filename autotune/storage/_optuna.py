@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from autotune.ground.errors import StudyNotFoundError
-from autotune.ground.proc import deferred_interrupt
 from autotune.ground.records import SQLITE_TIMEOUT_S, Role, sqlite_file
 
 if TYPE_CHECKING:
@@ -223,9 +222,10 @@ def beating(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     Contract: however the block ends, Ctrl-C included, the thread has stopped
     when this returns (a daemon besides, so none ever holds up the exit).
     """
-    import threading
-
     from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+
+    from autotune.ground.beat import beating as beat_while
+    from autotune.storage.engine import _reason  # the driver's words under Optuna's
 
     storage = study._storage
     if not is_heartbeat_enabled(storage):
@@ -234,39 +234,10 @@ def beating(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     assert isinstance(storage, BaseHeartbeat)
     every = storage.get_heartbeat_interval()
     assert every is not None
-    stop = threading.Event()
-    thread = threading.Thread(target=_beat, args=(storage, trial._trial_id, every, stop),
-                              name=f"autotune-trial-{trial._trial_id}-heartbeat", daemon=True)
-    try:
-        with deferred_interrupt():  # a Ctrl-C here is raised once it runs, then stops it
-            thread.start()
+    trial_id = trial._trial_id
+    with beat_while(lambda: storage.record_heartbeat(trial_id), every, f"trial {trial_id}",
+                    first_now=True, reason=lambda error: _reason(error.__cause__ or error)):
         yield
-    finally:
-        stop.set()
-        if thread.ident is not None:
-            thread.join()
-
-
-def _beat(storage: Any, trial_id: int, every: float, stop: Any) -> None:
-    """Record the trial's heartbeat now and every `every` seconds until `stop` is set; a
-    failed beat is logged once per run of failures and tried again at the next."""
-    import logging
-
-    from autotune.storage.engine import _reason  # the driver's words under Optuna's
-
-    failing = False
-    while True:
-        try:
-            storage.record_heartbeat(trial_id)
-            failing = False
-        except Exception as error:  # the database away: say so once, keep trying
-            if not failing:
-                logging.getLogger(__name__).warning(
-                    "cannot record the heartbeat of trial %d (will keep trying): %s",
-                    trial_id, _reason(error.__cause__ or error))
-            failing = True
-        if stop.wait(every):
-            return
 
 
 def trials_in(study: optuna.Study, state: str) -> list[Any]:
