@@ -240,3 +240,24 @@ def test_a_command_of_the_dashboard_extra_without_it_names_the_extra(
 def test_the_installed_package_says_it_is_typed(installed):
     """`py.typed` ships, so a type checker reads autotune's annotations (issue 32)."""
     assert (installed / "autotune" / "py.typed").is_file()
+
+
+def test_no_upper_caps_and_ci_tests_the_lower_bounds():
+    """Issue 32: autotune lives in the training environment, so an upper cap blocks the
+    user's upgrades; the lower bounds of jax, jaxlib, optuna and sqlalchemy are what
+    `.ci/run` installs (scripts/oldest.txt) for the fast tests, so they cannot drift."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    shipped = project["dependencies"] + [
+        d for extra in ("dashboard", "postgres") for d in project["optional-dependencies"][extra]]
+    assert [d for d in shipped if "<" in d] == []
+    lower = {m.group(1): m.group(2) for d in project["dependencies"]
+             if (m := re.fullmatch(r"([a-z]+)>=([\d.]+)", d))}
+    pinned = dict(line.split("==") for line in
+                  (ROOT / "scripts/oldest.txt").read_text(encoding="utf-8").splitlines()
+                  if line and not line.startswith("#"))
+    assert set(pinned) == {"jax", "jaxlib", "optuna", "sqlalchemy"}
+    assert all(lower[name] == version for name, version in pinned.items()), (lower, pinned)
+    assert "-c scripts/oldest.txt" in (ROOT / ".ci/run").read_text(encoding="utf-8")
