@@ -197,3 +197,19 @@ def test_prose_wraps_on_a_terminal_only(monkeypatch):
         _common.say("word " * 40)
     lines = shown.get().strip().splitlines()
     assert len(lines) > 1 and max(map(len, lines)) <= 80
+
+
+def test_flag_names_are_never_cut_in_lists_spaces_and_findings(tmp_path):
+    """The brief: a table fits 80 columns without cutting a flag name. `flags list`,
+    `spaces show` and `flags check` give each flag's whole name a line of its own."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.spaces import load_space
+
+    listed = invoke("flags", "list", "--backend", "gpu", cwd=tmp_path).stdout.splitlines()
+    gpu = [s.name for s in load_catalog() if s.backend.value == "gpu"]
+    assert gpu and all(name in listed for name in gpu)
+    shown = invoke("spaces", "show", "gpu-collectives", cwd=tmp_path).stdout.splitlines()
+    assert all(p.flag in shown for p in load_space("gpu-collectives").params.values())
+    checked = invoke("flags", "check", "--xla_gpu_enable_latency_hiding_schedulerr=true",
+                     cwd=tmp_path).stdout.splitlines()
+    assert "xla_gpu_enable_latency_hiding_schedulerr: unknown (aborts)" in checked

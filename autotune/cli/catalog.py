@@ -20,6 +20,7 @@ from autotune.cli._common import (
     one_of,
     out,
     print_json,
+    say,
 )
 
 
@@ -123,7 +124,6 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
     (each `{name, params, description, choices: {label: flags}}`), `fixed` and
     `recommended` (flag: value).
     """
-    from rich.table import Table
 
     from autotune import spaces
 
@@ -136,18 +136,20 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
               f"{'continuous' if size is None else f'{size} configurations'})")
     for line in sp.description.strip().splitlines():
         out.print(literal(line), highlight=False)
-    table = Table("parameter", "candidates", "source")
     group_of = {m: g.name for g in sp.groups.values() for m in g.params}
-    for param in sp.params.values():
+    for param in sp.params.values():  # the flag's whole name on its own line, never cut
+        out.print(f"[bold]{literal(param.flag)}[/]", highlight=False, soft_wrap=True)
+        say(f"    {literal(param.describe())}")
         cond = sp.conditions.get(param.name)
-        when = f"\nonly when {_fmt_when(cond)}" if cond else ""
+        if cond:
+            say(f"    only when {_fmt_when(cond)}")
         if param.name in group_of:
-            when += f"\nset by group {literal(group_of[param.name])} (below)"
+            say(f"    set by group {literal(group_of[param.name])} (below)")
         if param.exercised_by:
-            when += f"\nexercised by {literal(', '.join(param.exercised_by))}"
-        table.add_row(literal(param.flag), literal(param.describe()) + when,
-                      literal(param.source or _outside(param.flag)))
-    out.print(table)
+            say(f"    exercised by {literal(', '.join(param.exercised_by))}")
+        source = param.source or _outside(param.flag)
+        if source:
+            say(f"    source: {literal(source)}")
     for group in sp.groups.values():
         _print_group(sp, group)
     if sp.fixed:
@@ -325,14 +327,16 @@ def _open_row(name: str) -> dict[str, Any]:
 
 
 def _print_flags(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    table = Table("flag", "type", "default", "recommended", "backend", "channel", "status")
+    """Each flag's whole name on a line of its own (never cut, whatever the width), and
+    under it its type, documented default and recommended value, backend, channel and
+    status."""
     for row in rows:
-        table.add_row(literal(row["flag"]), row["type"] or "-", _show(row["default"]),
-                      _show(row["recommended"]), row["backend"], row["channel"],
-                      literal(row["status"]))
-    out.print(table)
+        out.print(literal(row["flag"]), highlight=False, soft_wrap=True)
+        facts = [row["type"] or "type not known", f"default {_show(row['default'])}",
+                 f"recommended {_show(row['recommended'])}", row["backend"], row["channel"]]
+        out.print("    " + ", ".join(facts) + (f"; {literal(row['status'])}"
+                                                if row["status"] else ""), highlight=False)
+    out.print(f"{len(rows)} flags", highlight=False)
 
 
 def _show(value: Any) -> str:
@@ -481,22 +485,18 @@ def _print_unchecked(uses: list[Any], report: Any) -> None:
 
 
 def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
-    """The findings' table, then one line: flags checked, findings, how many abort a job
+    """Each finding: its flag's whole name and kind on a line (never cut), what is wrong
+    and the fix under it; then one line: flags checked, findings, how many abort a job
     (`Finding.would_abort`: unknown flags, values XLA rejects, wrong-channel flags...)."""
-    from rich.table import Table
-
     checked = _count(count, "flag") + f" checked against jaxlib {jaxlib}"
     if not findings:
         out.print(f"{checked}: no findings", highlight=False)
         return
-    table = Table()
-    table.add_column("flag", overflow="fold", min_width=20)  # never cut a flag name
-    for column in ("finding", "what is wrong", "fix"):
-        table.add_column(column, overflow="fold")
     for f in findings:
         kind = f.kind.value + (" (aborts)" if f.would_abort else "")
-        table.add_row(literal(f.flag), kind, literal(f.message), literal(f.fix))
-    out.print(table)
+        out.print(f"{literal(f.flag)}: {kind}", highlight=False, soft_wrap=True)
+        say(f"    {literal(f.message)}")
+        say(f"    fix: {literal(f.fix)}")
     aborting = sum(f.would_abort for f in findings)  # wrong-channel flags included
     out.print(f"{checked}: {_count(len(findings), 'finding')}, {aborting} of which would "
               "abort the job at start", highlight=False)
