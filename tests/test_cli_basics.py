@@ -213,3 +213,15 @@ def test_flag_names_are_never_cut_in_lists_spaces_and_findings(tmp_path):
     checked = invoke("flags", "check", "--xla_gpu_enable_latency_hiding_schedulerr=true",
                      cwd=tmp_path).stdout.splitlines()
     assert "xla_gpu_enable_latency_hiding_schedulerr: unknown (aborts)" in checked
+
+
+def test_flags_show_writes_values_as_flags_do_with_sizes_and_no_python_reprs(tmp_path):
+    shown = invoke("flags", "show", "xla_gpu_all_reduce_combine_threshold_bytes",
+                   cwd=tmp_path).stdout
+    lines = [line.strip() for line in shown.splitlines()]
+    assert "default: 31457287 (30.0 MiB)" in lines
+    assert "recommended: 8589934592 (8.0 GiB)" in lines
+    assert "per_compile: true" in lines
+    assert not any(line.endswith(("()", "True", "False")) for line in lines)
+    assert not any(line.startswith(("overrides:", "allow_empty:", "cataloged:"))
+                   for line in lines)  # nothing to say: left out

@@ -15,6 +15,7 @@ from autotune.cli._common import (
     TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
+    fmt_bytes,
     fmt_flags,
     literal,
     one_of,
@@ -390,8 +391,37 @@ def flags_show(name: Annotated[str, typer.Argument(help="Flag or variable name."
             "words": _probe_words(report, spec)}})
         return
     for key, value in spec.model_dump(exclude_none=True, include=known).items():
-        out.print(f"{key:>14}: {literal(value)}", highlight=False)
+        text = _field_text(spec, key, value)
+        if text is not None:
+            out.print(f"{key:>14}: {literal(text)}", highlight=False)
     out.print(f"{'this XLA':>14}: {literal(_probe_words(report, spec))}", highlight=False)
+
+
+def _field_text(spec: Any, key: str, value: Any) -> str | None:
+    """A catalog field as `flags show` prints it: values as a flag string writes them, a
+    byte count of a `_bytes` flag with its size (8589934592 (8 GiB)), lists joined, and
+    None for what says nothing (an empty list, `allow_empty` of a flag that is no list,
+    `cataloged` of a catalog entry)."""
+    from autotune.flags.compose import render_value
+
+    if key == "allow_empty" and spec.type.value != "list" or key == "cataloged" and value:
+        return None
+    if isinstance(value, list | tuple):
+        return ", ".join(_value_text(spec, v) for v in value) or None
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    if key in ("default", "recommended", "overrides_when", "min", "max"):
+        return _value_text(spec, value)
+    return render_value(value) if isinstance(value, bool) else str(value)
+
+
+def _value_text(spec: Any, value: Any) -> str:
+    from autotune.flags.compose import render_value
+
+    text = render_value(value) if isinstance(value, bool | int | float | str) else str(value)
+    sized = spec.name.endswith("_bytes") and isinstance(value, int) and \
+        not isinstance(value, bool) and value >= 1024
+    return f"{text} ({fmt_bytes(value)})" if sized else text
 
 
 def _probe_words(report: Any, spec: Any) -> str:
