@@ -225,3 +225,9 @@ def test_flags_show_writes_values_as_flags_do_with_sizes_and_no_python_reprs(tmp
     assert not any(line.endswith(("()", "True", "False")) for line in lines)
     assert not any(line.startswith(("overrides:", "allow_empty:", "cataloged:"))
                    for line in lines)  # nothing to say: left out
+    # the document by its title, not the reference file's internal name
+    assert any(line.startswith("source: GPU performance tips for LLMs with JAX/XLA (001): ")
+               for line in lines)
+    spaces = invoke("spaces", "show", "gpu-collectives", cwd=tmp_path).stdout
+    assert "_ea83b282a245b705" not in shown + spaces
+    assert "source: GPU performance tips for LLMs with JAX/XLA (001): " in spaces

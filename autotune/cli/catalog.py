@@ -127,6 +127,7 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
     """
 
     from autotune import spaces
+    from autotune.flags.catalog import source_text
 
     sp = spaces.load_space(name)
     if fmt == OutputFormat.JSON:
@@ -150,7 +151,7 @@ def spaces_show(name: Annotated[str, typer.Argument(help="Space name or YAML fil
             say(f"    exercised by {literal(', '.join(param.exercised_by))}")
         source = param.source or _outside(param.flag)
         if source:
-            say(f"    source: {literal(source)}")
+            say(f"    source: {literal(source_text(source))}")
     for group in sp.groups.values():
         _print_group(sp, group)
     if sp.fixed:
@@ -412,6 +413,10 @@ def _field_text(spec: Any, key: str, value: Any) -> str | None:
         return "; ".join(f"{k}: {v}" for k, v in value.items())
     if key in ("default", "recommended", "overrides_when", "min", "max"):
         return _value_text(spec, value)
+    if key == "source":
+        from autotune.flags.catalog import source_text
+
+        return source_text(str(value))
     return render_value(value) if isinstance(value, bool) else str(value)
 
 

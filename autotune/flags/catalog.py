@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from typing import Any, Literal
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownGroupError",
     "load_catalog",
     "parse_catalog",
+    "source_text",
 ]
 
 CATALOG_SCHEMA_VERSION = 1
@@ -177,6 +179,28 @@ class Catalog:
 
     def __len__(self) -> int:
         return len(self._flags)
+
+
+#: The reference documents the catalog and the spaces cite, by number (their `source`
+#: keys write `001_ea83b282a245b705.txt: section` or `001: section`).
+DOCUMENTS = {
+    "000": "a curated XLA flag guide (Korean)",
+    "001": "GPU performance tips for LLMs with JAX/XLA",
+    "002": "how XLA compiles a JAX program (Russian)",
+    "003": "the PGLE workflow",
+}
+_CITED = re.compile(r"(\d{3})(?:_[0-9a-f]{16}\.txt)?: ")
+
+
+def source_text(source: str) -> str:
+    """A `source` as a reader wants it: each cited document by its title and number
+    (`GPU performance tips for LLMs with JAX/XLA (001): section`), not its file name."""
+    def title(match: re.Match[str]) -> str:
+        number = match.group(1)
+        name = DOCUMENTS.get(number)
+        return f"{name} ({number}): " if name else match.group(0)
+
+    return _CITED.sub(title, source)
 
 
 def _unknown_flag_message(name: str, closest: str | None) -> str:
