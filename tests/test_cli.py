@@ -506,12 +506,19 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     assert f"confirm 1/2: trial #{best.trial_number} " in result.output
     assert f"confirm 2/2: trial #{best.trial_number} " in result.output
     shown = invoke("trials", "cpu-my_step-tiny-1dev", cwd=tmp_path)
-    assert shown.exit_code == 0 and "median step (95% CI)" in shown.output
+    assert shown.exit_code == 0 and "(95% CI)" in shown.output
     assert "(baseline)" in shown.output
-    assert [(row[1], row[2]) for row in table_rows(shown.output)] == [
+    heads = [line.split() for line in shown.output.splitlines() if line.startswith("run ")]
+    assert [(head[3], head[4]) for head in heads] == [
         ("0", "baseline"), (str(search[0].trial_number), "search"),
         (str(search[1].trial_number), "search"),
         *[(str(best.trial_number), "confirm")] * len(confirm)]
+    rows = json.loads(invoke("trials", "cpu-my_step-tiny-1dev", "--format", "json",
+                             cwd=tmp_path).stdout)
+    for row, head in zip(rows, heads, strict=True):  # the figures shown are the JSON's
+        assert row["median_ci_s"][0] <= row["median_step_s"] <= row["median_ci_s"][1]
+        assert f"median step {row['median_step_s'] * 1e3:.2f} ms" in shown.output
+        assert head[1] == str(row["run"]) and row["compile_time_s"] > 0
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -231,3 +232,30 @@ def test_flags_show_writes_values_as_flags_do_with_sizes_and_no_python_reprs(tmp
     spaces = invoke("spaces", "show", "gpu-collectives", cwd=tmp_path).stdout
     assert "_ea83b282a245b705" not in shown + spaces
     assert "source: GPU performance tips for LLMs with JAX/XLA (001): " in spaces
+
+
+def test_trials_names_every_run_whole_with_the_figures_of_its_json(tmp_path):
+    """Issue 33: `trials` cut flag names and printed None as a trial number."""
+    from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role, TrialOutcome
+    from autotune.storage import Store
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    flag = "xla_gpu_all_reduce_combine_threshold_bytes"
+    with Store.open(url) as store:
+        store.ensure_study("s", "cpu", "matmul", "tiny", 1, MeasureMode.PAIRED, "cpu")
+        m = Measurement((1e-3, 2e-3, 1.5e-3, 1.2e-3), 0.5, mode=MeasureMode.PAIRED,
+                        baseline_step_times_s=(1e-3,) * 4, fingerprint="f")
+        store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, "", m))
+        store.record_run("s", None, Role.FINGERPRINT, {flag: 8589934592}, {},
+                         TrialOutcome(OutcomeKind.OK, "", m))
+    shown = invoke("trials", "s", "--storage", url, cwd=tmp_path).stdout.splitlines()
+    rows = json.loads(invoke("trials", "s", "--storage", url, "--format", "json",
+                             cwd=tmp_path).stdout)
+
+    assert [line for line in shown if line.startswith("run ")] == [
+        f"run {rows[0]['run']}  trial 0  baseline  ok",
+        f"run {rows[1]['run']}  trial -  fingerprint  ok"]  # no "None"
+    assert f"    {flag}=8589934592" in shown  # the whole name=value
+    assert rows[1]["trial"] is None and rows[1]["compile_time_s"] == 0.5
+    assert rows[0]["iqr_s"] > 0 and 0 < rows[0]["cv"] < 1 and rows[0]["outliers"] == 0
+    assert "CV" in shown[1] and f"CV {rows[0]['cv']:.1%}" in shown[1]

@@ -318,45 +318,62 @@ def trials(
     storage: StorageOpt = DEFAULT_STORAGE,
     fmt: FormatOpt = OutputFormat.TABLE,
 ) -> None:
-    """Every measurement run of a study with its step-time statistics and outcome."""
-    from rich.table import Table
+    """Every measurement run of a study with its step-time statistics and outcome.
 
+    One block a run: its number, trial, role and outcome; its step-time figures; its
+    flags (whole `name=value` tokens, never cut) or failure message. JSON: a list of
+    `trial_rows`' keys: `run`, `trial`, `role`, `outcome`, `message`, `flags`,
+    `fingerprint`, `same_program_as`, `timed_steps`, `median_step_s`, and every figure
+    shown (`median_ci_s`,
+    `iqr_s`, `cv`, `outliers`, `compile_time_s`, `first_step_time_s`, `warmup_steps`,
+    `warmup_settled`).
+    """
     from autotune.results.table import trial_rows
 
     store = open_store(storage, must_exist=True)
     runs = store.runs(study_name)
+    rows = trial_rows(runs)
     if fmt is OutputFormat.JSON:
-        print_json(trial_rows(runs))
+        print_json(rows)
         return
-    table = Table("run", "trial", "role", "outcome", "median step (95% CI)", "IQR", "CV",
-                  "outliers", "compile", "first step", "warm-up", "flags / message")
-    for run in runs:
-        table.add_row(str(run.id), str(run.trial_number), run.role.value,
-                      run.outcome.kind.value, *_stat_cells(run.outcome.measurement),
-                      _run_note(run))
-    out.print(table)
+    for run, row in zip(runs, rows, strict=True):  # the JSON's figures, one block a run
+        out.print(f"run {run.id}  trial {_trial_text(run)}  {run.role.value}  "
+                  f"{run.outcome.kind.value}", highlight=False)
+        for line in _stat_lines(row):
+            say(f"    {line}")
+        say(f"    {_run_note(run)}")
 
 
-def _stat_cells(m: Any) -> list[str]:
-    """Median with its bootstrap interval, IQR, CV, outliers, compile, first step, warm-up."""
-    from autotune.rules.stats import step_stats
-
-    summary = step_stats(m.step_times_s) if m is not None and m.step_times_s else None
-    if summary is None:
-        return ["-"] * 7
+def _stat_lines(row: dict[str, Any]) -> list[str]:
+    """The median with its bootstrap interval, IQR, CV and outliers; compile, first step
+    and warm-up: from a `trial_rows` row, so the text shows what the JSON holds."""
+    if row["median_ci_s"] is None:
+        return []
     ms = 1e3
-    warm = f"{m.warmup_steps}" + ("" if m.warmup_settled in (None, True) else " (unsettled)") \
-        if m.warmup_steps is not None else "-"
-    return [
-        f"{summary.median * ms:.2f} ms [{summary.ci_low * ms:.2f}, {summary.ci_high * ms:.2f}]",
-        f"{summary.iqr * ms:.2f} ms", f"{summary.cv:.1%}", str(summary.n_outliers),
-        f"{m.compile_time_s:.2f} s",
-        f"{m.first_step_time_s * ms:.1f} ms" if m.first_step_time_s else "-", warm,
-    ]
+    low, high = row["median_ci_s"]
+    warm = "" if row["warmup_steps"] is None else f", warm-up {row['warmup_steps']}" + (
+        "" if row["warmup_settled"] in (None, True) else " (unsettled)")
+    first = f", first step {row['first_step_time_s'] * ms:.1f} ms" \
+        if row["first_step_time_s"] else ""
+    return [f"median step {row['median_step_s'] * ms:.2f} ms [{low * ms:.2f}, "
+            f"{high * ms:.2f}] (95% CI), IQR {row['iqr_s'] * ms:.2f} ms, CV {row['cv']:.1%}, "
+            f"{row['outliers']} outliers",
+            f"compile {row['compile_time_s']:.2f} s{first}{warm}"]
+
+
+def _trial_text(run: Any) -> str:
+    """The run's trial number, or `-` for a run outside the trials (a fit's compile)."""
+    return "-" if run.trial_number is None else str(run.trial_number)
+
+
+def _trial_label(run: Any) -> str:
+    return (f"trial {run.trial_number}, " if run.trial_number is not None else "") + \
+        run.role.value
 
 
 def _run_note(run: Any) -> str:
-    """A run's flags, or the first 160 characters of its failure message, ready to print."""
+    """A run's flags (whole `name=value` tokens), or the first 160 characters of its
+    failure message, ready to print."""
     if not run.outcome.ok:
         return literal(run.outcome.message[:160])
     return fmt_flags(dict(run.flags), " ") if run.flags else "(baseline)"

@@ -149,7 +149,10 @@ def trial_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
 
     Keys: `run`, `trial`, `role`, `outcome`, `message`, `flags` (the
     configuration's flags as a mapping), `fingerprint`, `same_program_as`,
-    `timed_steps` (0 when no step was timed) and `median_step_s` (None then).
+    `timed_steps` (0 when no step was timed) and `median_step_s` (None then); the
+    figures `trials` shows: `median_ci_s` ([low, high], the bootstrap interval of the
+    median), `iqr_s`, `cv`, `outliers`, `compile_time_s`, `first_step_time_s`,
+    `warmup_steps` and `warmup_settled` (None where not measured).
     """
     rows = []
     for run in runs:
@@ -162,8 +165,26 @@ def trial_rows(runs: list[RunRecord]) -> list[dict[str, Any]]:
             "same_program_as": m.same_program_as if m else None,
             "timed_steps": m.timed_steps if m else 0,
             "median_step_s": m.median_s if m else None,
+            **_step_figures(m),
         })
     return rows
+
+
+def _step_figures(m: Any) -> dict[str, Any]:
+    """The step-time figures of `trials` (`rules.stats.step_stats`), None where none."""
+    from autotune.rules.stats import step_stats
+
+    summary = step_stats(m.step_times_s) if m is not None and m.step_times_s else None
+    return {
+        "median_ci_s": [summary.ci_low, summary.ci_high] if summary else None,
+        "iqr_s": summary.iqr if summary else None,
+        "cv": summary.cv if summary else None,
+        "outliers": summary.n_outliers if summary else None,
+        "compile_time_s": m.compile_time_s if m is not None else None,
+        "first_step_time_s": m.first_step_time_s if m is not None else None,
+        "warmup_steps": m.warmup_steps if m is not None else None,
+        "warmup_settled": m.warmup_settled if m is not None else None,
+    }
 
 
 def study_row(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
