@@ -366,3 +366,21 @@ def test_workers_and_the_version_come_from_the_claims(url: str):
         store.release(take[3].id)  # type: ignore[union-attr]
         assert store.version("s") != before
         assert {w.owner: w.running for w in store.workers("s")} == {"a:1": 1, "b:2": 0}
+
+
+def test_a_report_of_a_study_whose_name_is_a_path_stays_in_this_folder(db: str,
+                                                                       tmp_path: Path):
+    """Issue 33: `report '../../x'` wrote outside the folder. The default file name is
+    the study's name made safe (`cli.dashboard.default_report_path`)."""
+    from autotune.cli.dashboard import default_report_path
+
+    assert default_report_path("../../x", "html") == Path("_.._x.html")
+    assert default_report_path("cpu-matmul-tiny-1dev", "md") == Path("cpu-matmul-tiny-1dev.md")
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    result = invoke("report", EVIL, "--storage", db, cwd=here)  # `/` in `</script>`
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in here.iterdir()] == [default_report_path(EVIL, "html").name]
+    assert "/" not in default_report_path(EVIL, "html").name
+    above = {p.name for p in tmp_path.iterdir()} - {Path(db.split("///")[-1]).name}
+    assert above == {"a"}  # nothing written above

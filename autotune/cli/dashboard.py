@@ -122,6 +122,16 @@ def needs_extra(what: str, modules: tuple[str, ...]) -> None:
                          f"installed): {install_line('dashboard')}")
 
 
+def default_report_path(study_name: str, fmt: str) -> Path:
+    """STUDY.FMT in the current folder, whatever the name holds: a `/`, `..`, a leading
+    dot or a character a file name should not carry becomes `_` (a study named
+    `../../x` writes `_.._x.html` here, never outside it)."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name).lstrip(".") or "study"
+    return Path(f"{safe}.{fmt}")
+
+
 def report(
     study_name: Annotated[str, typer.Argument(metavar="STUDY", help="Study name.")],
     output: Annotated[Path | None, typer.Option(
@@ -141,7 +151,7 @@ def report(
     from autotune.dashboard.report import write_report
 
     store = open_store(storage, must_exist=True)
-    target = output or Path(f"{study_name}.{fmt}")
+    target = output or default_report_path(study_name, fmt)
     written = write_report(store, study_name, target, fmt)
     out.print(f"wrote {literal(target)}" + (f" and {len(written) - 1} chart(s) beside it"
                                             if len(written) > 1 else ""), highlight=False)
