@@ -21,6 +21,7 @@ from cli_runner import invoke
 from test_apply import export_fixture
 
 import autotune
+from autotune.flags.catalog import load_catalog
 from autotune.ground.errors import ConfigFileError
 
 #: In this jaxlib's XLA (it prints it in its usage table) but not in autotune's catalog.
@@ -51,8 +52,6 @@ def _space(folder: Path, flag: str) -> Path:
 
 
 def test_the_open_flag_is_outside_the_catalog_and_known_to_this_xla():
-    from autotune.flags.catalog import load_catalog
-
     assert OPEN not in load_catalog() and TYPO not in load_catalog()
     done = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
                           env={"XLA_FLAGS": f"--{OPEN}=true", "PATH": "/usr/bin:/bin"},
@@ -127,9 +126,13 @@ def test_a_real_study_tunes_an_open_flag_and_exports_it(tmp_path):
     short = ["--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
              "--warmup", "1", "--max-warmup", "3", "--trials", "4", "--confirm", "1",
              "--confirm-repeats", "2", "--confirm-max", "0", "--no-racing", "--no-shrink"]
+    # direct and unfitted: each configuration in processes of its own, through XLA_FLAGS
+    # (the fit, and a paired trial, compile these LLVM-level flags per compilation, where
+    # the CPU's optimised HLO is the same for every value: nothing would be ranked)
     done = subprocess.run(
         [sys.executable, "-m", "autotune", "study", "--space", str(_space(tmp_path, OPEN)),
-         "--name", "open", "--sampler", "grid", *short, "--storage", url],
+         "--name", "open", "--sampler", "grid", "--mode", "direct", "--no-fit", *short,
+         "--storage", url],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -153,7 +156,7 @@ def test_a_real_study_tunes_an_open_flag_and_exports_it(tmp_path):
     assert document["flags"][OPEN] == tried[number][OPEN]
     assert OPEN in document["not_in_catalog"]  # marked: no documented default, no type
     assert f"--{OPEN}={str(tried[number][OPEN]).lower()}" in document["xla_flags"].split()
-    assert document["jax"]["compiler_options"] == {}  # an open flag reaches XLA by XLA_FLAGS
+    assert document["measured"]["mode"] == "direct"
     assert autotune.load_config(tmp_path / "t.yaml").flags == document["flags"]
 
 
@@ -176,7 +179,7 @@ def test_the_registry_sorts_candidates_by_what_xla_says():
 
 @pytest.mark.slow
 def test_flags_list_all_shows_what_this_xla_knows_beside_the_catalog(tmp_path):
-    from autotune.flags.catalog import Channel, load_catalog
+    from autotune.flags.catalog import Channel
 
     listed = invoke("flags", "list", "--all", "--format", "json", cwd=tmp_path)
     assert listed.exit_code == 0, listed.output
@@ -193,3 +196,23 @@ def test_flags_list_all_shows_what_this_xla_knows_beside_the_catalog(tmp_path):
         s.name for s in flags if s.obsolete is not None}
     assert len([r for r in rows.values() if not r["in_catalog"]]) > 100
     assert rows["xla_gpu_enable_triton_gemm"]["backend"] == "gpu"
+
+
+def test_a_paired_study_gives_an_open_flag_per_compilation_where_the_probe_says_so(tmp_path):
+    """The preflight probe asks `compile(compiler_options=...)` about each flag outside the
+    catalog; those it takes, with bool or number values, go per compilation (paired, in
+    one process with the baseline), and the plan records them for every reader."""
+    from autotune.api import plan_study
+    from autotune.flags.compose import compiler_options, split_per_compile
+    from autotune.results.study_results import study_catalog
+
+    planned = plan_study(space=str(_space(tmp_path, OPEN)), benchmark="matmul", preset="tiny",
+                         devices=1)
+    plan = planned.plan
+    assert plan.per_compile_open == {OPEN, "xla_cpu_enable_fast_min_max"}
+    assert plan.recorded()["per_compile_open"] == sorted(plan.per_compile_open)
+    config = {OPEN: True, "xla_cpu_enable_fast_min_max": False}
+    assert compiler_options(config, plan.catalog()) == config
+    record = type("Record", (), {"plan": plan.recorded()})()  # what a reader has
+    assert split_per_compile(config, study_catalog(load_catalog(), record)) == (config, {})
+    assert split_per_compile(config, load_catalog()) == ({}, config)  # without the record

@@ -272,7 +272,9 @@ def audit_report(plan: AuditPlan, storage: str) -> AuditReport:
                            "every flag was left out by the lint", notes=plan.notes)
     store = open_store(storage, must_exist=True)
     record, runs = store.get_study(plan.study), store.runs(plan.study)
-    catalog = load_catalog().covering_configs([plan.measured])
+    from autotune.results.study_results import study_catalog
+
+    catalog = study_catalog(load_catalog(), record).covering_configs([plan.measured])
     source = next((r for r in runs if r.role is Role.SEARCH), None)
     if source is None:
         return AuditReport(plan.study, plan.jaxlib, plan.excluded, note="the set was not "

@@ -14,6 +14,7 @@ from autotune.api.inputs import one_of, resolve_workload, size_option
 from autotune.api.store import open_store
 from autotune.bench import PRESETS
 from autotune.flags.catalog import load_catalog
+from autotune.flags.open_flags import per_compile_open
 from autotune.flags.probe import ProbeReport, probe
 from autotune.ground.errors import StudyMismatchError, UsageError
 from autotune.ground.records import MeasureMode
@@ -98,12 +99,14 @@ def plan_study(options: StudyOptions | None = None, *,
     checked = preflight.check(loaded, catalog, report, drop_unknown=o.drop_unknown,
                               allow_backend_mismatch=o.allow_backend_mismatch)
     env = dict(os.environ if base_env is None else base_env)
+    open_values = {f: v for f, v in extra.items() if f not in catalog}
     plan = StudyPlan(
         name=o.name or default_name(loaded.name, work.name, o.preset,
                                     report.device_count or o.devices),
         space_name=loaded.name,
         space=checked.space, workload=work, options=o, mode=mode, objectives=objectives,
-        base_env=env, command=argv, memory_limit_bytes=limit, memory_budget_bytes=budget)
+        base_env=env, command=argv, memory_limit_bytes=limit, memory_budget_bytes=budget,
+        per_compile_open=per_compile_open(open_values, report.per_compile))
     recipe = {
         "options": o.model_copy(update={"space": _source(o.space),
                                         "script": _source(o.script)}).model_dump(mode="json"),

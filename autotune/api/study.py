@@ -134,10 +134,12 @@ class Study:
         from autotune.flags.catalog import load_catalog
         from autotune.results.ranking import recommend
         from autotune.results.shrink import shrink
+        from autotune.results.study_results import study_catalog
 
         record, runs = self._read()
         rec = recommend(runs, record.objectives, record.memory_budget_bytes)
-        return shrink(runs, rec.run, load_catalog()) if rec.run is not None else None
+        catalog = study_catalog(load_catalog(), record)
+        return shrink(runs, rec.run, catalog) if rec.run is not None else None
 
     def export(self, path: str | Path | None = None, *, fmt: str = "yaml",
                rank: int | None = None, trial: int | None = None) -> dict[str, Any]:

@@ -81,11 +81,13 @@ def _ablation(record: Any, runs: list[Any]) -> dict[str, Any]:
     from autotune.results.importance import ablation_json
     from autotune.results.ranking import recommend
     from autotune.results.shrink import shrink
+    from autotune.results.study_results import study_catalog
 
     rec = recommend(runs, record.objectives, record.memory_budget_bytes)
     if rec.run is None:
         return ablation_json(None, f"nothing to ablate: {rec.reason}")
-    return ablation_json(shrink(runs, rec.run, load_catalog()), rec.reason)
+    catalog = study_catalog(load_catalog(), record)
+    return ablation_json(shrink(runs, rec.run, catalog), rec.reason)
 
 
 def _print_ablation(ablation: dict[str, Any]) -> None:

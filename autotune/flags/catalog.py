@@ -140,6 +140,14 @@ class Catalog:
                 values.setdefault(name, []).append(value)
         return self.covering(values)
 
+    def per_compiling(self, names: Iterable[str]) -> Catalog:
+        """This catalog with the open flags `names` (outside it) given per compilation: the
+        study recorded them (`plan["per_compile_open"]`, `open_flags.per_compile_open`),
+        so its runner and every reader of its runs split configurations alike."""
+        extra = [open_spec(name, per_compile=True) for name in sorted(set(names))
+                 if name not in self._flags and is_xla_name(name)]
+        return self.with_flags(extra) if extra else self
+
     def names(self) -> list[str]:
         """All flag names, sorted."""
         return sorted(self._flags)

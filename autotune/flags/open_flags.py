@@ -8,9 +8,10 @@ export, `apply` and `load_config`; whether XLA knows it is the probe's answer
 with the lint's one message (`autotune.flags.lint`) when XLA does not.
 
 An open flag gets a stand-in catalog entry (`open_spec`): type inferred from
-its values, any backend, delivered through `XLA_FLAGS` (never per compilation:
-the catalog has not established that `compile(compiler_options=...)` takes it,
-so a paired study measures a configuration with one in a process of its own),
+its values, any backend, delivered through `XLA_FLAGS`; per compilation only
+where the study's probe found that `compile(compiler_options=...)` takes it with
+a bool or number value (`per_compile_open`; the study records the names, and
+every reader of its runs builds the same catalog with `Catalog.per_compiling`),
 no documented default, and `cataloged` false so every view can say "not in the
 catalog"; its values are not checked here (`FlagSpec.check_value`: XLA is the judge).
 `Catalog.get` hands out an untyped stand-in for any name spelled like an XLA flag, so
@@ -22,12 +23,12 @@ asks `name in catalog` or checks a param's type against its flag's (a space's ch
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from autotune.flags._schema import Backend, Channel, FlagSpec, FlagType
 from autotune.ground.records import FlagValue
 
-__all__ = ["OPEN_SOURCE", "infer_type", "is_xla_name", "open_spec"]
+__all__ = ["OPEN_SOURCE", "infer_type", "is_xla_name", "open_spec", "per_compile_open"]
 
 #: What an open flag's `source` says wherever a flag's source is shown.
 OPEN_SOURCE = "not in autotune's catalog"
@@ -53,9 +54,22 @@ def infer_type(values: Iterable[FlagValue]) -> FlagType:
     return FlagType.INT if all(isinstance(v, int) for v in seen) else FlagType.FLOAT
 
 
-def open_spec(name: str, values: Iterable[FlagValue] = ()) -> FlagSpec:
-    """The stand-in entry of open flag `name`, typed by `values` (`infer_type`)."""
+def open_spec(name: str, values: Iterable[FlagValue] = (), *,
+              per_compile: bool = False) -> FlagSpec:
+    """The stand-in entry of open flag `name`, typed by `values` (`infer_type`);
+    `per_compile` where the probe found that `compile(compiler_options=...)` takes it
+    (`per_compile_open`)."""
     return FlagSpec(
         name=name, type=infer_type(values), backend=Backend.ANY, channel=Channel.XLA_FLAGS,
-        per_compile=False, source=OPEN_SOURCE, cataloged=False,
+        per_compile=per_compile, source=OPEN_SOURCE, cataloged=False,
         help="not in autotune's catalog: only the installed XLA's probe vouches for it")
+
+
+def per_compile_open(values: Mapping[str, Iterable[FlagValue]],
+                     per_compile: Mapping[str, bool]) -> frozenset[str]:
+    """The flags of `values` (name -> values) outside the catalog that one compilation can
+    take: the probe's `per_compile` answer is yes and every value is a bool or a number
+    (a string's form for compiler_options, an enum's upper-case name, is not known)."""
+    return frozenset(
+        name for name, given in values.items() if per_compile.get(name) and
+        all(isinstance(v, bool | int | float) for v in given))

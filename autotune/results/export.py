@@ -120,6 +120,9 @@ def export_document(study: StudyRecord, runs: list[RunRecord], catalog: Any,
         ExportError: the study has no such rank or trial, or nothing of it
             ran successfully (not even the baseline).
     """
+    from autotune.results.study_results import study_catalog
+
+    catalog = study_catalog(catalog, study)
     runs = main_runs(runs)  # one environment: the recommendation's (`ranking.environments`)
     order = ordered(runs, study.objectives, study.memory_budget_bytes)
     rec = recommend(runs, study.objectives, study.memory_budget_bytes, order=order)
@@ -215,7 +218,7 @@ def _to_set(flags: Mapping[str, Any], catalog: Any) -> dict[str, Any]:
         "changed_from_defaults": changed_flags(flags, catalog),
         # flags outside autotune's catalog (`autotune.flags.open_flags`): no documented
         # default, so "changed" above holds each of them as set
-        "not_in_catalog": sorted(name for name in flags if name not in catalog),
+        "not_in_catalog": sorted(name for name in flags if not catalog.get(name).cataloged),
         "env": compose_env(flags, {}, catalog),
         "xla_flags": xla_flags_string(flags, catalog),
         "jax": {"compiler_options": options,

@@ -30,8 +30,9 @@ class StudyResults:
 
     @classmethod
     def of(cls, record: StudyRecord, runs: list[RunRecord], catalog: Any) -> StudyResults:
-        """The results of the study `record`, from its `runs`."""
-        return cls(record, list(runs), catalog)
+        """The results of the study `record`, from its `runs` (`catalog` as the study
+        measured with it: `study_catalog`)."""
+        return cls(record, list(runs), study_catalog(catalog, record))
 
     @cached_property
     def order(self) -> Order:
@@ -54,3 +55,11 @@ class StudyResults:
         """What autotune recommends: a configuration proven faster, or XLA's defaults."""
         r = self.record
         return recommend(self.runs, r.objectives, r.memory_budget_bytes, order=self.order)
+
+
+def study_catalog(catalog: Any, record: StudyRecord) -> Any:
+    """`catalog` as study `record` measured with it: the flags outside the catalog that
+    its plan recorded as taken per compilation (`plan["per_compile_open"]`) given so
+    (`Catalog.per_compiling`), so a reader splits its runs as its runner did."""
+    names = (record.plan or {}).get("per_compile_open") or ()
+    return catalog.per_compiling(names) if names else catalog

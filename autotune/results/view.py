@@ -43,7 +43,7 @@ from autotune.results.ranking import (
     verdict_text,
 )
 from autotune.results.shrink import Effect, Shrink, shrink
-from autotune.results.study_results import StudyResults
+from autotune.results.study_results import StudyResults, study_catalog
 from autotune.results.table import changed_flags
 
 #: How many messages of one failure kind a page lists (the count says how many there were).
@@ -268,6 +268,7 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
     None when the study has no fit). The charts show the main environment's runs
     (`ranking.main_runs`): step times and ratios of two environments do not compare.
     """
+    catalog = study_catalog(catalog, record)
     results = StudyResults.of(record, runs, catalog)
     rows = results.rows(limit)
     rec, state = _recommended(record, runs, catalog, results.order)
@@ -319,6 +320,7 @@ def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
     (verdict text, None when not confirmed), `same_program_as_baseline`,
     `runs` (each run's figures, step times and log tails).
     """
+    catalog = study_catalog(catalog, record)
     mine = trial_runs(runs, number)
     if not mine:
         return None

@@ -177,7 +177,8 @@ class StudyRow(Base):
                                            "objectives", "memory_budget_bytes")
     #: Plan fields added after plans were first stored, with the value a re-run that does
     #: not name them asks for: a plan stored before one existed compares as if it held this.
-    PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True, "launcher": None}
+    PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True, "launcher": None,
+                                                "per_compile_open": []}
     #: Plan keys that are not settings to compare: how workers rebuild the plan
     #: (`recipe`, rewritten by every `autotune study`).
     NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe"})

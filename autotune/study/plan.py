@@ -51,6 +51,10 @@ class StudyPlan:
     #: How a worker rebuilds this plan (`autotune.api.join_study`): stored by `prepare`
     #: with the study; None (a worker's own plan, or the Python API's) stores nothing.
     recipe: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The space's flags outside the catalog that one compilation can take (the
+    #: preflight probe's answer, `flags.open_flags.per_compile_open`): given per
+    #: compilation in PAIRED trials; recorded, so every reader splits runs alike.
+    per_compile_open: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, *, name: str, space: Space, workload: WorkloadInfo,
@@ -86,8 +90,16 @@ class StudyPlan:
             "workload_sha256": None if self.command else _sha256(self.workload.path),
             "command": list(self.command) if self.command else None,
             "memory_limit_bytes": self.memory_limit_bytes,
+            "per_compile_open": sorted(self.per_compile_open),
             **self.options.recorded(),
         }
+
+    def catalog(self) -> Any:
+        """The flag catalog this study measures with: the packaged one, the open flags of
+        `per_compile_open` given per compilation (`Catalog.per_compiling`)."""
+        from autotune.flags.catalog import load_catalog
+
+        return load_catalog().per_compiling(self.per_compile_open)
 
     def sampler_choice(self) -> SamplerChoice:
         """The sampler to run (`auto` resolved). Raises UsageError for a bad choice."""

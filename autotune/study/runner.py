@@ -25,7 +25,6 @@ from typing import Any
 
 import optuna
 
-from autotune.flags.catalog import load_catalog
 from autotune.ground.errors import BaselineFailedError
 from autotune.ground.proc import raise_if_interrupted
 from autotune.ground.records import (
@@ -87,7 +86,7 @@ class StudyRunner:
 
     def __init__(self, plan: StudyPlan, store: Store, launcher: Launcher, storage: Any,
                  facts: Environment | None = None):
-        self.ctx = StudyContext.of(plan, store, launcher, load_catalog(), facts)
+        self.ctx = StudyContext.of(plan, store, launcher, plan.catalog(), facts)
         self.storage = storage
         self.choice = plan.sampler_choice()
         self.search = Search(self.ctx, self.choice, plan.space)
