@@ -380,6 +380,23 @@ def _trial_row(run_id: int, run: dict[str, Any]) -> dict[str, Any]:
         "same_program_as": run["extras"].get("same_program_as") if measured else None,
         "timed_steps": len(steps),
         "median_step_s": statistics.median(steps) if steps else None,
+        **_figures(run, steps, measured),
+    }
+
+
+def _figures(run: dict[str, Any], steps: list[float], measured: bool) -> dict[str, Any]:
+    """The step figures `trials` adds (issue 33), from the stored steps and columns."""
+    from autotune.rules.stats import step_stats
+
+    summary = step_stats(steps) if steps else None
+    return {
+        "median_ci_s": [summary.ci_low, summary.ci_high] if summary else None,
+        "iqr_s": summary.iqr if summary else None, "cv": summary.cv if summary else None,
+        "outliers": summary.n_outliers if summary else None,
+        "compile_time_s": run["compile_time_s"] if measured else None,
+        "first_step_time_s": run["first_step_time_s"] if measured else None,
+        "warmup_steps": run["extras"].get("warmup_steps") if measured else None,
+        "warmup_settled": run["extras"].get("warmup_settled") if measured else None,
     }
 
 
