@@ -603,14 +603,21 @@ def test_trial_rows_carry_every_run_with_its_stable_keys():
                                                         fingerprint="base", same_program_as=0))
     s.add(Role.SEARCH, {LEVEL: 0}, None, kind=OutcomeKind.TIMEOUT)
     rows = trial_rows(s.runs)
-    assert rows[0] == {"run": 1, "trial": 0, "role": "baseline", "outcome": "ok", "message": "",
-                       "flags": {}, "fingerprint": "base", "same_program_as": None,
-                       "timed_steps": 4, "median_step_s": 1.0}
+    figures = ("median_ci_s", "iqr_s", "cv", "outliers", "compile_time_s",
+               "first_step_time_s", "warmup_steps", "warmup_settled")
+    first = {k: v for k, v in rows[0].items() if k not in figures}
+    assert first == {"run": 1, "trial": 0, "role": "baseline", "outcome": "ok", "message": "",
+                     "flags": {}, "fingerprint": "base", "same_program_as": None,
+                     "timed_steps": 4, "median_step_s": 1.0}
+    low, high = rows[0]["median_ci_s"]
+    assert low <= rows[0]["median_step_s"] <= high and rows[0]["outliers"] == 0
     assert rows[1]["timed_steps"] == 0 and rows[1]["same_program_as"] == 0
     assert rows[1]["median_step_s"] is None and rows[1]["flags"] == {FAST: True}
+    assert rows[1]["median_ci_s"] is None and rows[1]["compile_time_s"] == 1.0  # compiled
     assert rows[2] == {"run": 3, "trial": 2, "role": "search", "outcome": "timeout",
                        "message": "", "flags": {LEVEL: 0}, "fingerprint": None,
-                       "same_program_as": None, "timed_steps": 0, "median_step_s": None}
+                       "same_program_as": None, "timed_steps": 0, "median_step_s": None,
+                       **dict.fromkeys(figures)}
 
 
 def test_a_study_row_counts_trials_and_runs():

@@ -239,7 +239,9 @@ def test_trials_as_json_has_one_object_per_run_with_stable_keys(study_db):
     rows = json.loads(result.output)
     assert [sorted(row) for row in rows] == [sorted([
         "run", "trial", "role", "outcome", "message", "flags", "fingerprint",
-        "same_program_as", "timed_steps", "median_step_s"])] * 3
+        "same_program_as", "timed_steps", "median_step_s", "median_ci_s", "iqr_s", "cv",
+        "outliers", "compile_time_s", "first_step_time_s", "warmup_steps",
+        "warmup_settled"])] * 3
     assert [(r["run"], r["trial"], r["role"], r["outcome"]) for r in rows] == [
         (1, 0, "baseline", "ok"), (2, 1, "search", "ok"), (3, 2, "search", "ok")]
     assert rows[1]["flags"] == {"xla_cpu_enable_fast_math": True}
