@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,6 +42,7 @@ from autotune.flags.lint import typed_value as catalog_typed
 from autotune.flags.probe import ProbeReport, probe
 from autotune.ground.errors import UsageError
 from autotune.ground.records import FlagValue, Role, RunRecord
+from autotune.ground.resources import cache_root
 
 __all__ = ["AuditPlan", "AuditReport", "FlagAudit", "Verdict", "audit_report", "measure_audit",
            "plan_audit"]
@@ -215,7 +215,7 @@ def _typed(use: FlagUse, catalog: Catalog) -> FlagValue:
 def _write_space(measured: Mapping[str, FlagValue], digest: str) -> Path:
     """The space of exactly this set (one categorical param per flag, one choice each),
     written where the audit's study finds it again on a re-run."""
-    root = Path(os.environ.get("AUTOTUNE_CACHE_DIR", "~/.cache/autotune")).expanduser()
+    root = cache_root()
     path = root / "audit" / f"audit-{digest}.yaml"
     document = {"schema_version": 1, "name": f"audit-{digest}", "backend": "any",
                 "description": "a flag set under audit (autotune audit)",

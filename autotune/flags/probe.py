@@ -37,6 +37,7 @@ from autotune.flags._probe_runner import (
 from autotune.flags.catalog import Catalog, Channel, FlagSpec, FlagType
 from autotune.flags.compose import render_value
 from autotune.ground.records import Environment, FlagValue
+from autotune.ground.resources import cache_root
 
 __all__ = ["FlagStatus", "ProbeError", "ProbeReport", "check_values", "probe"]
 
@@ -312,7 +313,7 @@ def _probe_cold(plan: _Plan, python: str, timeout_s: float, env: Mapping[str, st
 
 
 def _cache_path(cache_dir: Path | None, version: str, key: str) -> Path:
-    default = Path(os.environ.get("AUTOTUNE_CACHE_DIR", "~/.cache/autotune")).expanduser()
+    default = cache_root()
     return (cache_dir or default) / f"probe-jaxlib-{version}-{key}.json"
 
 

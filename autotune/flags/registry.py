@@ -29,6 +29,7 @@ from pathlib import Path
 
 from autotune.flags._probe_runner import ProbeError, jaxlib_version
 from autotune.flags.compose import format_tokens
+from autotune.ground.resources import cache_root
 
 __all__ = ["KnownFlags", "known_flags"]
 
@@ -97,7 +98,7 @@ def known_flags(python: str | None = None, *, cache_dir: Path | None = None,
     if candidates is not None:
         return _settle(python, timeout_s, version, sorted(set(candidates)))
     key = hashlib.sha256(json.dumps([REGISTRY_FORMAT, python]).encode()).hexdigest()[:12]
-    default = Path(os.environ.get("AUTOTUNE_CACHE_DIR", "~/.cache/autotune")).expanduser()
+    default = cache_root()
     path = (cache_dir or default) / f"flags-jaxlib-{version}-{key}.json"
     if not refresh:
         try:

@@ -41,6 +41,15 @@ _PACKAGE_DATA = _PACKAGE / "_data"
 _CHECKOUT_ROOT = _PACKAGE.parent
 
 
+def cache_root() -> Path:
+    """Where autotune caches answers of the installed jaxlib (the flag probe, the flag
+    registry, workload inventories, audit spaces): `$AUTOTUNE_CACHE_DIR`, else
+    `~/.cache/autotune`."""
+    import os
+
+    return Path(os.environ.get("AUTOTUNE_CACHE_DIR", "~/.cache/autotune")).expanduser()
+
+
 def data_dir(name: str) -> Path:
     """Return the folder holding one kind of bundled data.
 

@@ -13,13 +13,13 @@ import ast
 import hashlib
 import importlib.metadata
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from autotune.bench import PRESETS
 from autotune.ground.protocol import Job
+from autotune.ground.resources import cache_root
 from autotune.launch.launcher import SubprocessLauncher, TrialRequest
 from autotune.launch.workloads import WorkloadInfo
 
@@ -38,7 +38,7 @@ def _cache_file(info: WorkloadInfo, devices: int) -> Path:
     """The cache file of `info` on `devices` devices. The digest covers every workload
     file beside it too: a built-in benchmark may load a sibling (scan-transformer
     builds on transformer)."""
-    root = Path(os.environ.get("AUTOTUNE_CACHE_DIR", "~/.cache/autotune")).expanduser()
+    root = cache_root()
     try:
         jaxlib = importlib.metadata.version("jaxlib")
     except importlib.metadata.PackageNotFoundError:
