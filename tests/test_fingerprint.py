@@ -72,3 +72,23 @@ def test_one_program_traced_from_two_paths_has_one_fingerprint(tmp_path):
     assert here == there
     level0 = _fingerprint(TOY, tmp_path / "c", {"xla_backend_optimization_level": 0})
     assert level0 != here
+    # on the CPU, XLA dumps its generated kernels' object code, which the hash includes
+    assert list((tmp_path / "a" / "dump").rglob("*.o"))
+
+
+def test_the_generated_object_code_is_part_of_the_fingerprint(tmp_path):
+    """Two dumps with the same HLO but other object code are two programs; the module
+    number in the file names is not part of the program."""
+    from autotune.child.program import program_fingerprint
+
+    def dump(name: str, module: str, code: bytes) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / f"module_{module}.jit_f.cpu_after_optimizations.txt").write_bytes(HLO)
+        (folder / f"module_{module}.jit_f.obj-file.fusion_kernel_module.o").write_bytes(code)
+        (folder / f"module_{module}.jit_f.debug_options").write_bytes(module.encode())
+        return str(folder)
+
+    first = program_fingerprint(dump("a", "0004", b"\x7fELF one"))
+    assert first == program_fingerprint(dump("b", "0010", b"\x7fELF one"))
+    assert first != program_fingerprint(dump("c", "0004", b"\x7fELF two"))
