@@ -94,6 +94,70 @@ def test_no_incumbent_when_the_best_backed_program_is_not_faster_than_the_defaul
     assert race_target(pooled(s.runs)) is None  # backed already
 
 
+def _two_leaders(a: tuple[float, ...], b: tuple[float, ...]) -> Runs:
+    """Program A searched at a[0] and raced at a[1:], then B searched at b[0] and raced at
+    b[1:], beside four more searched programs at 0.99-1.02."""
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, a[0], m=program(a[0], "A"))
+    s.add(Role.SEARCH, {LEVEL: 2}, b[0], m=program(b[0], "B"))
+    for i, ratio in enumerate((0.99, 1.0, 1.01, 1.02)):
+        s.add(Role.SEARCH, {WIDTH: 2 ** i}, ratio, m=program(ratio, f"other{i}"))
+    for ratio in a[1:]:
+        s.add(Role.RACE, {FAST: True}, ratio, trial=0, m=program(ratio, "A"))
+    for ratio in b[1:]:
+        s.add(Role.RACE, {LEVEL: 2}, ratio, trial=1, m=program(ratio, "B"))
+    return s
+
+
+def test_the_lucb_rule_races_the_leaders_challenger_while_their_bounds_overlap(monkeypatch):
+    """A is backed at 0.90 (+-4%) and B, one process at 0.92, may still be as fast: under
+    lucb the one with fewer observations (B) is measured next; "backed" stops at backed."""
+    from autotune.results import evidence
+
+    s = _two_leaders((0.90, 0.86, 0.94), (0.92,))
+    found = pooled(s.runs)
+    assert [p.program for p in found[:2]] == ["A", "B"] and found[0].backed
+    assert race_target(found) is None
+    monkeypatch.setattr(evidence, "RACE_RULE", "lucb")
+    assert race_target(found).program == "B"
+    for ratio in (0.95, 0.89, 0.92):
+        s.add(Role.RACE, {LEVEL: 2}, ratio, trial=1, m=program(ratio, "B"))
+    found = pooled(s.runs)
+    assert found[1].program == "B" and found[1].n == 4
+    assert race_target(found).program == "A"  # now the leader has fewer observations
+
+
+def test_the_lucb_rule_stops_once_the_leader_is_told_apart(monkeypatch):
+    from autotune.results import evidence
+
+    monkeypatch.setattr(evidence, "RACE_RULE", "lucb")
+    apart = _two_leaders((0.80, 0.80, 0.801), (0.99, 0.99, 0.991))
+    found = pooled(apart.runs)
+    assert evidence.process_noise(found) < 0.01
+    assert race_target(found) is None  # A's upper bound is far below every lower bound
+
+
+def test_the_lucb_rule_races_no_more_processes_than_the_search_timed(monkeypatch):
+    from autotune.results import evidence
+
+    monkeypatch.setattr(evidence, "RACE_RULE", "lucb")
+    s = _two_leaders((0.90, 0.86, 0.94, 0.90), (0.92, 0.96, 0.88))
+    assert race_target(pooled(s.runs)) is not None  # 5 races, 6 searched
+    s.add(Role.RACE, {LEVEL: 2}, 0.92, trial=1, m=program(0.92, "B"))
+    assert race_target(pooled(s.runs)) is None  # 6 races: racing has had its share
+
+
+def test_the_noise_is_the_programs_pooled_spread_or_the_prior_before_any_repeat():
+    from autotune.results import evidence
+
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.9, m=program(0.9, "A"))
+    assert evidence.process_noise(pooled(s.runs)) == evidence.RACE_PRIOR_NOISE
+    s = _two_leaders((0.90, 0.99, 0.90), (0.92, 1.01))
+    spread = evidence.process_noise(pooled(s.runs))
+    assert 0.03 < spread < 0.1
+
+
 def test_a_leader_slower_than_the_defaults_is_not_raced():
     s = Runs()
     s.add(Role.SEARCH, {FAST: True}, 1.05, m=program(1.05, "A"))

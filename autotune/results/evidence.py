@@ -14,7 +14,12 @@ not the configuration, and not one measurement:
   below 1.0 (else XLA's defaults stand);
 - **racing** (`race_target`): while the leader by pooled estimate has fewer
   than `BACKED_BY` observations, it is the next thing to measure again, so a
-  lucky single measurement is re-timed before it is believed.
+  lucky single measurement is re-timed before it is believed. Under the
+  `lucb` rule (`RACE_RULE`) racing goes on past that, LUCB-style: while the
+  leader's upper confidence bound and its strongest challenger's lower bound
+  are more than `RACE_EPSILON` apart, the one of the two with fewer
+  observations is measured again, with at most as many racing processes as
+  search processes.
 
 Pure: works on the plain `RunRecord`s storage hands out.
 """
@@ -35,6 +40,21 @@ from autotune.rules.stats import RatioEstimate, paired_ratio
 #: one lucky process cannot set. Chosen on the choose seeds of
 #: `benchmarks/scripts/search_efficiency.py` (see the README's Search section).
 BACKED_BY = 3
+
+#: How the search races: "backed" (the leader until it has `BACKED_BY` observations) or
+#: "lucb" (then on, while the leader and its strongest challenger overlap).
+RACE_RULE = "backed"
+
+#: The lucb rule's stop: a leader whose upper bound is within this (in log ratio) of every
+#: challenger's lower bound is told apart well enough (2%: "right" means within 2%).
+RACE_EPSILON = math.log(1.02)
+
+#: The lucb rule's bounds: the pooled log estimate +- RACE_Z * noise / sqrt(n).
+RACE_Z = 1.64
+
+#: Per-process noise (the standard deviation of one process's log ratio) the lucb rule
+#: assumes until the study has measured some program twice.
+RACE_PRIOR_NOISE = 0.05
 
 #: Roles whose timed runs are observations of their program against XLA's defaults.
 EVIDENCE_ROLES = frozenset({Role.SEARCH, Role.RECOMMENDED, Role.RACE, Role.CONFIRM})
@@ -183,13 +203,56 @@ def incumbent(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
 
 def race_target(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
     """The program to measure again now, or None: the leader by pooled estimate while it
-    has fewer than `BACKED_BY` observations and beats XLA's defaults on what it has.
+    has fewer than `BACKED_BY` observations and beats XLA's defaults on what it has; past
+    that, under `RACE_RULE` "lucb", `challenged(programs)`.
 
     A leader at or above 1.0 is not raced: it could not become the incumbent.
     """
     leader = programs[0] if programs else None
-    if leader is None or leader.backed or leader.ratio >= 1.0:
+    if leader is None or leader.ratio >= 1.0 or leader.first.trial_number is None:
         return None
-    if leader.first.trial_number is None:
+    if not leader.backed:
+        return leader
+    return challenged(programs) if RACE_RULE == "lucb" else None
+
+
+def challenged(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
+    """The lucb rule past `BACKED_BY`: of the leader (`programs[0]`) and the challenger
+    with the lowest lower bound, the one with fewer observations (the leader on a tie), while
+    the leader's upper bound is more than `RACE_EPSILON` above that lower bound and racing
+    has spent fewer processes than the search; else None.
+    """
+    leader, rivals = programs[0], [p for p in programs[1:] if p.first.trial_number is not None]
+    if not rivals or _raced(programs) >= _searched(programs):
         return None
-    return leader
+    noise = process_noise(programs)
+
+    def bound(p: ProgramEvidence, sign: int) -> float:
+        return math.log(p.ratio) + sign * RACE_Z * noise / math.sqrt(p.n)
+
+    rival = min(rivals, key=lambda p: bound(p, -1))
+    if bound(leader, +1) - bound(rival, -1) <= RACE_EPSILON:
+        return None
+    return rival if rival.n < leader.n else leader
+
+
+def process_noise(programs: Sequence[ProgramEvidence]) -> float:
+    """The pooled within-program standard deviation of one process's log ratio, over the
+    programs timed at least twice; `RACE_PRIOR_NOISE` without two degrees of freedom."""
+    squares, freedom = 0.0, 0
+    for p in programs:
+        logs = [math.log(r) for r in p.ratios]
+        if len(logs) < 2:
+            continue
+        mean = sum(logs) / len(logs)
+        squares += sum((x - mean) ** 2 for x in logs)
+        freedom += len(logs) - 1
+    return math.sqrt(squares / freedom) if freedom >= 2 else RACE_PRIOR_NOISE
+
+
+def _raced(programs: Sequence[ProgramEvidence]) -> int:
+    return sum(1 for p in programs for r in p.runs if r.role is Role.RACE)
+
+
+def _searched(programs: Sequence[ProgramEvidence]) -> int:
+    return sum(1 for p in programs for r in p.runs if r.role is Role.SEARCH)
