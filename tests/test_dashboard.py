@@ -19,6 +19,7 @@ import pytest
 from cli_runner import invoke
 from starlette.testclient import TestClient
 
+from autotune import __version__
 from autotune.dashboard.app import create_app, routes
 from autotune.ground.records import (
     Environment,
@@ -276,8 +277,18 @@ def test_the_html_report_is_one_file_with_everything_inlined(db: str, tmp_path: 
     html = (tmp_path / "r.html").read_text()
     page = re.sub(r"<script>.*?</script>", "", html, flags=re.S)  # the inlined scripts
     assert not re.search(r"""(src|href)=["'](?!#|data:)""", page)  # nothing to fetch
-    assert "Plotly.newPlot" in html and "apply trial 1" in html
-    assert html.count("<script>") == 2 and '<script src' not in page
+    assert "apply trial 1" in html
+    assert html.count("<script>") == 1 and '<script src' not in page  # dashboard.js only
+    # the charts are inline SVG: no plotly.js, so a small study's report stays small
+    assert "Plotly.newPlot(" not in html.replace("Plotly.newPlot(el", "")
+    for chart in ("chart-progress", "chart-scatter"):
+        assert re.search(rf'id="{chart}" class="chart"><svg', html), chart
+    assert len(html.encode()) < 1_500_000
+    # what to apply, as one line to copy, and what wrote the report
+    assert re.search(rf'<code id="recommended-xla-flags">--{FAST}=true</code>', html)
+    made = re.search(r'<p id="made" class="muted">written by autotune (\S+) on '
+                     r'(\d{4}-\d\d-\d\d \d\d:\d\d UTC); measured with jaxlib ([^<]+)</p>', html)
+    assert made and made.group(1) == __version__, html[:2000]
 
 
 def test_the_markdown_report_has_the_table_and_its_charts_beside_it(db: str, tmp_path: Path):
@@ -287,6 +298,9 @@ def test_the_markdown_report_has_the_table_and_its_charts_beside_it(db: str, tmp
     text = (tmp_path / "r.md").read_text()
     assert "![r-progress.png](r-progress.png)" in text
     assert "| 1 | 1 |" in text and f"`{FAST}=true`" in text
+    assert f"```bash\nXLA_FLAGS='--{FAST}=true'\n```" in text  # the line to apply
+    assert re.search(r"^_written by autotune \S+ on \d{4}-\d\d-\d\d \d\d:\d\d UTC; "
+                     r"measured with jaxlib 0\.10\.2_$", text, re.M)
     # Markdown shows a code span as it is written; outside one, HTML is escaped.
     assert EVIL not in text.replace(f"`{PASSES}={EVIL}`", "") and "&lt;script&gt;" in text
     for chart in ("r-progress.png", "r-scatter.png"):

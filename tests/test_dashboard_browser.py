@@ -36,6 +36,7 @@ STUDY = ["study", "--space", "cpu", "--benchmark", "matmul", "--preset", "tiny",
          "1", "--seed", "3", "--confirm", "1", "--confirm-repeats", "2", "--confirm-max", "0",
          "--name", "real"]
 NAME = "real"
+WON = "won"  # a study of recorded runs whose recommendation is a flag (test_dashboard.fill)
 CLI = [sys.executable, "-c", "from autotune.cli import main; main()"]
 
 if CHROMIUM is None:
@@ -75,6 +76,10 @@ def db(folder: Path) -> str:
     autotune(*STUDY, "--trials", "4", "--storage", url, cwd=folder)
     copy_study(url, NAME, EVIL)
     copy_study(url, NAME, "twin")
+    from test_dashboard import fill  # recorded runs: trial 1 confirmed faster, recommended
+
+    with Store.open(url) as store:
+        fill(store, WON)
     return url
 
 
@@ -216,14 +221,27 @@ def test_missing_pages_are_404_with_a_link_back(browser: Any, server: str):
         p.page.wait_for_url(server + "/")
 
 
-def test_the_report_opens_offline(browser: Any, db: str, folder: Path):
-    autotune("report", NAME, "--storage", db, "-o", "report.html", cwd=folder)
+@pytest.mark.parametrize("name", [NAME, WON])
+def test_the_report_opens_offline(browser: Any, db: str, folder: Path, name: str):
+    """The real study's report and a recommended one's: charts drawn with no request, the
+    recommended flags' line copied by its button."""
+    autotune("report", name, "--storage", db, "-o", f"report-{name}.html", cwd=folder)
+    assert (folder / f"report-{name}.html").stat().st_size < 1_500_000
     fetched: list[str] = []
     with Page(browser, offline=True) as p:
         p.page.on("request", lambda r: fetched.append(r.url))
-        p.page.goto((folder / "report.html").as_uri(), wait_until="load")
-        p.page.wait_for_selector("#chart-progress .main-svg")
-        assert p.page.locator("#chart-scatter .main-svg").count() >= 1
+        p.page.goto((folder / f"report-{name}.html").as_uri(), wait_until="load")
+        assert p.page.locator("#chart-progress svg").count() == 1
+        assert p.page.locator("#chart-scatter svg").count() == 1
+        assert p.page.locator("#made").inner_text().startswith("written by autotune ")
+        if name == WON:
+            line = p.page.locator("#recommended-xla-flags").inner_text()
+            assert line == "--xla_cpu_enable_fast_math=true"
+            button = p.page.locator("button.copy[data-copy=recommended-xla-flags]")
+            button.click()
+            assert button.inner_text() == "copied"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        p.page.screenshot(path=str(ARTIFACTS / f"report-{name}.png"), full_page=True)
         assert p.errors == []
     assert [u for u in fetched if not u.startswith(("file:", "data:"))] == []
 

@@ -247,7 +247,8 @@ def test_where_names_the_device_kind_else_the_backend():
 def test_the_recommendation_holds_exactly_these_keys():
     page = study_page(record(), tiered_study().runs, CATALOG)
     assert page["recommendation"] == {
-        "recommended": True, "trial": 2, "flags": {FAST: True}, "speedup": 1.25,
+        "recommended": True, "trial": 2, "flags": {FAST: True},
+        "xla_flags": f"--{FAST}=true", "speedup": 1.25,
         "interval": [1.25, 1.25], "text": "trial 2: ×1.250 [1.250, 1.250] faster",
         "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
                   "processes; the numerics guard passed"}
@@ -339,7 +340,8 @@ def test_a_winner_that_holds_on_the_other_study_says_so_with_its_figure_there():
     there = {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
              "verdict": "×1.250 [1.250, 1.250] faster"}
     assert got["winner_a_on_b"] == {
-        "recommended": True, "trial": 2, "flags": {FAST: True}, "speedup": 1.25,
+        "recommended": True, "trial": 2, "flags": {FAST: True},
+        "xla_flags": f"--{FAST}=true", "speedup": 1.25,
         "interval": [1.25, 1.25], "text": "holds", "there": there, "holds": True,
         "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
                   "processes; the numerics guard passed"}
@@ -366,15 +368,16 @@ def test_the_recommendation_of_defaults_and_of_a_shrunk_configuration():
     from autotune.results.view import recommendation_view
 
     assert recommendation_view(Recommendation(None, None, "why"), None, CATALOG) == {
-        "recommended": False, "trial": None, "reason": "why", "flags": {}, "speedup": None,
-        "interval": None, "text": "defaults: nothing measurably faster (why)"}
+        "recommended": False, "trial": None, "reason": "why", "flags": {}, "xla_flags": "",
+        "speedup": None, "interval": None, "text": "defaults: nothing measurably faster (why)"}
     runs = tiered_study().runs
     run = runs[2]
     rec = Recommendation(run, None, "because")
     done = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2})
     assert recommendation_view(rec, done, CATALOG) == {
         "recommended": True, "trial": 2, "reason": "because", "flags": {LEVEL: 2},
-        "speedup": None, "interval": None, "text": "trial 2: not confirmed"}
+        "xla_flags": f"--{LEVEL}=2", "speedup": None, "interval": None,
+        "text": "trial 2: not confirmed"}
     pending = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2}, next=Step({}, Role.MINIMAL))
     assert recommendation_view(rec, pending, CATALOG)["flags"] == {FAST: True}  # as confirmed
 

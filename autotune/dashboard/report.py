@@ -1,10 +1,13 @@
 """`autotune report`: a study's page as one file to share (HTML) or to paste (Markdown).
 
 The HTML report is the dashboard's study page rendered with every asset
-inlined (style, plotly.js, the page's script), so it opens from a file with no
-network; links to other pages of the dashboard are left out. The Markdown
+inlined (style, the page's script) and its two charts drawn as SVG (with
+matplotlib, as the Markdown report's PNGs: plotly.js alone is 4.6 MB), so it
+opens from a file with no network and a small study's report weighs tens of
+kilobytes; links to other pages of the dashboard are left out. The Markdown
 report carries the same figures as text, with its two charts as PNG files
-beside it (drawn with matplotlib). Both lay out `results.view.study_page`.
+beside it. Both lay out `results.view.study_page`, and both say which autotune
+wrote them, when, and on which jaxlib the study was measured (`made`).
 """
 
 # Imports inside the functions are lazy on purpose: matplotlib, the templates and the read
@@ -22,22 +25,44 @@ if TYPE_CHECKING:
 
 
 def study_page(store: Store, name: str) -> dict[str, Any]:
-    """The study page's figures, as the dashboard computes them."""
+    """The study page's figures, as the dashboard computes them, and under `made` what
+    wrote the report (`made`)."""
     from autotune.flags.catalog import load_catalog
     from autotune.results.view import study_page as view
 
-    return view(store.get_study(name), store.runs(name), load_catalog(), store.workers(name))
+    runs = store.runs(name)
+    page = view(store.get_study(name), runs, load_catalog(), store.workers(name))
+    page["made"] = made(sorted({r.environment.jaxlib_version for r in runs if r.environment}))
+    return page
+
+
+def made(jaxlibs: list[str]) -> dict[str, str]:
+    """Who wrote a report and when: `autotune` (its version), `written` (UTC, to the
+    minute) and `jaxlib` (the versions the study's runs were measured with, or
+    "unknown")."""
+    from datetime import UTC, datetime
+
+    from autotune.ground.resources import VERSION
+
+    return {"autotune": VERSION, "jaxlib": ", ".join(jaxlibs) or "unknown",
+            "written": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def made_text(page: dict[str, Any]) -> str:
+    """The report's line on what wrote it."""
+    m = page["made"]
+    return (f"written by autotune {m['autotune']} on {m['written']}; "
+            f"measured with jaxlib {m['jaxlib']}")
 
 
 def html_report(page: dict[str, Any]) -> str:
-    """The study page as one self-contained HTML document."""
-    from autotune.dashboard.app import plotly_js
+    """The study page as one self-contained HTML document, its charts inline SVG."""
     from autotune.dashboard.render import asset, page_html
 
-    inline = {"style.css": asset("style.css"), "dashboard.js": asset("dashboard.js"),
-              "plotly.min.js": plotly_js().read_text(encoding="utf-8")}
+    inline = {"style.css": asset("style.css"), "dashboard.js": asset("dashboard.js")}
+    charts = {name: _svg(fig) for name, fig in _figures(page)}
     return page_html("study.html", page=page, offline=True, inline=inline, refresh_s=0,
-                     poll=None)
+                     poll=None, charts=charts, made=made_text(page))
 
 
 def write_report(store: Store, name: str, path: Path, fmt: str = "html") -> list[Path]:
@@ -75,7 +100,7 @@ def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
     from autotune.results.notes import size_text
 
     s, rec = page["study"], page["recommendation"]
-    lines = [f"# autotune: {_md(s['name'])}", "",
+    lines = [f"# autotune: {_md(s['name'])}", "", f"_{_md(made_text(page))}_", "",
              f"{_md(s['benchmark'])} ({_md(s['preset'])}) on space {_md(s['space'])}, "
              f"{s['devices']} devices, {s['mode']} mode.", "",
              "**Recommendation:** " + (
@@ -84,6 +109,8 @@ def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
                  if rec["recommended"] else "defaults: nothing measurably faster"),
              "", _md(rec["reason"]), ""]
     lines += [f"- `{_code(k)}={_code(render_value(v))}`" for k, v in sorted(rec["flags"].items())]
+    if rec["xla_flags"]:
+        lines += ["", "```bash", f"XLA_FLAGS='{rec['xla_flags']}'", "```"]
     lines += ["", "| rank | trial | median step | search speedup | confirmed speedup (95% CI) "
               "| peak memory | flags changed |", "|---|---|---|---|---|---|---|"]
     for row in page["best"]:
@@ -117,12 +144,36 @@ def _code(text: object) -> str:
 
 def _charts(page: dict[str, Any], path: Path) -> list[Path]:
     """The best-so-far and step-time/memory charts as PNG files beside `path`."""
+    import matplotlib.pyplot as plt
+
+    written = [_save(fig, path.with_name(f"{path.stem}-{name}.png"))
+               for name, fig in _figures(page)]
+    plt.close("all")
+    return written
+
+
+def _svg(fig: Any) -> str:
+    """One figure as an inline SVG element (no XML prolog), then closed."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    text = io.StringIO()
+    fig.savefig(text, format="svg")
+    plt.close(fig)
+    return text.getvalue()[text.getvalue().index("<svg"):]
+
+
+def _figures(page: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The best-so-far (`progress`) and step-time/memory (`scatter`) charts as matplotlib
+    figures, each where the page has points for it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
+    figures = []
     points = [p for p in page["best_so_far"] if p["best"] is not None]
     if points:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -133,7 +184,7 @@ def _charts(page: dict[str, Any], path: Path) -> list[Path]:
                 label="best so far")
         ax.set(xlabel="configurations measured", ylabel="search speedup vs defaults")
         ax.legend()
-        written.append(_save(fig, path.with_name(f"{path.stem}-progress.png")))
+        figures.append(("progress", fig))
     pts = [p for p in page["scatter"]["points"]
            if p["median_step_s"] is not None and p["peak_memory_bytes"] is not None]
     if pts:
@@ -147,9 +198,8 @@ def _charts(page: dict[str, Any], path: Path) -> list[Path]:
                     color="#d04a4a", label="Pareto front")
         ax.set(xlabel="median step (ms)", ylabel="peak memory (MiB)")
         ax.legend()
-        written.append(_save(fig, path.with_name(f"{path.stem}-scatter.png")))
-    plt.close("all")
-    return written
+        figures.append(("scatter", fig))
+    return figures
 
 
 def _save(fig: Any, target: Path) -> Path:

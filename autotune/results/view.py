@@ -92,18 +92,20 @@ def recommendation_view(rec: Recommendation, state: Shrink | None,
     `rec` is `ranking.recommend`'s answer and `state` its shrinking (None when
     nothing is recommended). Keys: `recommended`, `trial`, `reason`, `flags`
     (the minimal set once shrunk, else the confirmed set; {} for the
+    defaults), `xla_flags` (those flags as the `XLA_FLAGS` line; "" for the
     defaults), `speedup` and `interval` (the confirmed figure; None for the
     defaults), `text` (the one line).
     """
     if rec.run is None:
         return {"recommended": False, "trial": None, "reason": rec.reason, "flags": {},
-                "speedup": None, "interval": None,
+                "xla_flags": "", "speedup": None, "interval": None,
                 "text": f"defaults: nothing measurably faster ({rec.reason})"}
     flags = state.minimal if state is not None and state.done \
         else changed_flags(rec.run.flags, catalog)
     estimate = rec.confirmation.estimate if rec.confirmation is not None else None
     return {"recommended": True, "trial": rec.run.trial_number, "reason": rec.reason,
-            "flags": dict(flags), "speedup": estimate.speedup if estimate else None,
+            "flags": dict(flags), "xla_flags": xla_flags_string(dict(flags), catalog),
+            "speedup": estimate.speedup if estimate else None,
             "interval": list(estimate.speedup_interval) if estimate else None,
             "text": f"trial {rec.run.trial_number}: {verdict_text(rec.confirmation)}"}
 
