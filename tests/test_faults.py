@@ -74,6 +74,11 @@ def test_a_case_is_resumed_with_its_own_commands():
     outage = fault_check.resume_commands(fault_check.Case("outage", "postgresql", seconds=3),
                                          "postgresql://x/y")
     assert [argv[argv.index("--script") + 1] for argv in outage] == [str(fault_check.SLOW_BUILD)]
+    shrink = fault_check.resume_commands(
+        fault_check.Case("kill", "sqlite", "workers", "child", "shrink"), "sqlite:///a.db")
+    assert [argv[argv.index("--script") + 1] for argv in shrink] == [
+        str(fault_check.ROOT / "tests" / "workloads" / "wide_vectors.py")]
+    assert "--benchmark" not in shrink[0] and "--workers" in shrink[0]
     worker = fault_check.resume_commands(
         fault_check.Case("kill", "sqlite", "worker", "worker", "search"), "sqlite:///a.db")
     assert [argv[0] for argv in worker] == ["study", "worker"]

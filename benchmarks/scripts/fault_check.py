@@ -3,7 +3,9 @@ database crowded; each case resumed with the same command and checked (issue 31)
 
 Every case runs real `autotune` processes on a real database (a SQLite file, or a
 schema of its own in the PostgreSQL of `--postgres URL`), measuring the tiny matmul
-benchmark on the `cpu` space, with confirmation, racing, shrinking and a PGLE phase:
+benchmark on the `cpu` space, with confirmation, racing, shrinking and a PGLE phase (the
+shrink cases measure `tests/workloads/wide_vectors.py`, which a flag makes faster on an
+AVX-512 host: shrinking starts only from a confirmed recommendation):
 
 - **kill**: `study`, `study --workers 2`, or `study` beside one `autotune worker`
   (mode), one process SIGKILLed (target: the `leader`, that is the study command's
@@ -58,6 +60,12 @@ STUDY = ["--space", "cpu", "--benchmark", "matmul", "--preset", "tiny", "--devic
          "--steps", "5", "--warmup", "1", "--max-warmup", "3", "--trials", str(TRIALS),
          "--confirm", "2", "--confirm-repeats", "2", "--confirm-max", "3", "--pgle", "1",
          "--heartbeat", "2", "--timeout-per-trial", "120", "--seed", "7", "--name", NAME]
+#: The shrink cases' study: the same, on a workload that 512-bit vectors make about 0.6x
+#: as slow on an AVX-512 host, so that it confirms a recommendation and shrinks it.
+SHRINK_STUDY = [*STUDY[:STUDY.index("--space")],
+                "--space", str(ROOT / "tests" / "workloads" / "wide-vectors.yaml"),
+                "--script", str(ROOT / "tests" / "workloads" / "wide_vectors.py"),
+                *STUDY[STUDY.index("--preset"):]]
 PHASES = ("baseline", "fit", "search", "race", "confirm", "shrink", "pgle")
 MODES = ("study", "workers", "worker")
 TARGETS = {"study": ("leader", "child"), "workers": ("leader", "worker", "child"),
@@ -238,9 +246,22 @@ def phase_of(claim: object) -> str | None:
             "race": "race", "confirm": "confirm", "pgle": "pgle"}.get(role)
 
 
-def commands(mode: str, url: str) -> list[list[str]]:
-    """The commands a user runs for a mode (and runs again to resume)."""
-    study = ["study", *STUDY, "--storage", url]
+def study_argv(case: Case | None = None) -> list[str]:
+    """The study a case runs: the tiny matmul's (`STUDY`); an outage's, whose every child
+    pauses in its build; a shrink kill's, whose workload a flag makes measurably faster
+    (on this CPU no configuration of the tiny matmul is confirmed, and shrinking starts
+    only from a recommendation)."""
+    if case is not None and case.kind == "outage":
+        return _outage_study()
+    if case is not None and case.kind == "kill" and case.phase == "shrink":
+        return list(SHRINK_STUDY)
+    return list(STUDY)
+
+
+def commands(mode: str, url: str, case: Case | None = None) -> list[list[str]]:
+    """The commands a user runs for a mode (and runs again to resume), with the case's
+    study (`study_argv`)."""
+    study = ["study", *study_argv(case), "--storage", url]
     if mode == "workers":
         return [[*study, "--workers", "2"]]
     if mode == "worker":
@@ -251,15 +272,14 @@ def commands(mode: str, url: str) -> list[list[str]]:
 def resume_commands(case: Case, url: str) -> list[list[str]]:
     """What a user runs again after the fault: the case's own commands (an outage's study,
     its slow-building workload, straight to the server)."""
-    if case.kind == "outage":
-        return [["study", *_outage_study(), "--storage", url]]
-    return commands(case.mode if case.kind == "kill" else "study", url)
+    return commands(case.mode if case.kind == "kill" else "study", url, case)
 
 
-def start_mode(procs: Processes, mode: str, url: str, deadline: float
+def start_mode(procs: Processes, case: Case, url: str, deadline: float
                ) -> list[subprocess.Popen[str]]:
-    """Start the mode's commands; a worker once the study exists in the database."""
-    argvs = commands(mode, url)
+    """Start the commands of the case's mode; a worker once the study exists in the
+    database."""
+    argvs = commands(case.mode, url, case)
     started = [procs.start(argvs[0])]
     if len(argvs) > 1:
         while not _study_exists(url):
@@ -291,7 +311,7 @@ def run_kill(case: Case, url: str, procs: Processes, result: Result) -> None:
     from autotune.storage.store import Store
 
     deadline = time.monotonic() + CASE_TIMEOUT_S
-    started = start_mode(procs, case.mode, url, deadline)
+    started = start_mode(procs, case, url, deadline)
     killed = False
     store = None
     while not killed and any(p.poll() is None for p in started):
