@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from test_ranking import FAST, LEVEL, WIDTH, Runs, measurement, tiered_study
 
 from autotune.flags.catalog import load_catalog
@@ -366,6 +367,7 @@ def test_the_recommendation_of_defaults_and_of_a_shrunk_configuration():
     from autotune.results.ranking import Recommendation
     from autotune.results.shrink import Shrink, Step
     from autotune.results.view import recommendation_view
+    from autotune.rules.stats import RatioEstimate
 
     assert recommendation_view(Recommendation(None, None, "why"), None, CATALOG) == {
         "recommended": False, "trial": None, "reason": "why", "flags": {}, "xla_flags": "",
@@ -378,6 +380,14 @@ def test_the_recommendation_of_defaults_and_of_a_shrunk_configuration():
         "recommended": True, "trial": 2, "reason": "because", "flags": {LEVEL: 2},
         "xla_flags": f"--{LEVEL}=2", "speedup": None, "interval": None,
         "text": "trial 2: not confirmed"}
+    checked = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2},
+                     check=RatioEstimate(0.8, 0.75, 0.84, 0.95, 4, 40))
+    shown = recommendation_view(rec, checked, CATALOG)
+    # the headline is the minimal set's own figure, not the confirmed set's
+    assert shown["flags"] == {LEVEL: 2} and shown["xla_flags"] == f"--{LEVEL}=2"
+    assert shown["speedup"] == pytest.approx(1.25)
+    assert shown["interval"] == pytest.approx([1 / 0.84, 1 / 0.75])
+    assert shown["text"] == "trial 2, shrunk to 1 of 2 flags: ×1.250 [1.190, 1.333] faster"
     pending = Shrink(2, {FAST: True, LEVEL: 2}, {LEVEL: 2}, next=Step({}, Role.MINIMAL))
     assert recommendation_view(rec, pending, CATALOG)["flags"] == {FAST: True}  # as confirmed
 

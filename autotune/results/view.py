@@ -93,8 +93,9 @@ def recommendation_view(rec: Recommendation, state: Shrink | None,
     nothing is recommended). Keys: `recommended`, `trial`, `reason`, `flags`
     (the minimal set once shrunk, else the confirmed set; {} for the
     defaults), `xla_flags` (those flags as the `XLA_FLAGS` line; "" for the
-    defaults), `speedup` and `interval` (the confirmed figure; None for the
-    defaults), `text` (the one line).
+    defaults), `speedup` and `interval` (the figure of those very flags: the minimal
+    set's own check against XLA's defaults where shrinking made another program of
+    it, else the confirmed figure; None for the defaults), `text` (the one line).
     """
     if rec.run is None:
         return {"recommended": False, "trial": None, "reason": rec.reason, "flags": {},
@@ -103,11 +104,17 @@ def recommendation_view(rec: Recommendation, state: Shrink | None,
     flags = state.minimal if state is not None and state.done \
         else changed_flags(rec.run.flags, catalog)
     estimate = rec.confirmation.estimate if rec.confirmation is not None else None
+    text = f"trial {rec.run.trial_number}: {verdict_text(rec.confirmation)}"
+    if state is not None and state.done and state.check is not None:
+        estimate = state.check  # the minimal set is another program: its own figure
+        low, high = estimate.speedup_interval
+        text = (f"trial {rec.run.trial_number}, shrunk to {len(flags)} of {len(state.full)} "
+                f"flags: ×{estimate.speedup:.3f} [{low:.3f}, {high:.3f}] faster")
     return {"recommended": True, "trial": rec.run.trial_number, "reason": rec.reason,
             "flags": dict(flags), "xla_flags": xla_flags_string(dict(flags), catalog),
             "speedup": estimate.speedup if estimate else None,
             "interval": list(estimate.speedup_interval) if estimate else None,
-            "text": f"trial {rec.run.trial_number}: {verdict_text(rec.confirmation)}"}
+            "text": text}
 
 
 def _recommended(record: StudyRecord, runs: list[RunRecord], catalog: Any,
