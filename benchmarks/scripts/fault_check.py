@@ -61,11 +61,15 @@ STUDY = ["--space", "cpu", "--benchmark", "matmul", "--preset", "tiny", "--devic
          "--confirm", "2", "--confirm-repeats", "2", "--confirm-max", "3", "--pgle", "1",
          "--heartbeat", "2", "--timeout-per-trial", "120", "--seed", "7", "--name", NAME]
 #: The shrink cases' study: the same, on a workload that 512-bit vectors make about 0.6x
-#: as slow on an AVX-512 host, so that it confirms a recommendation and shrinks it.
+#: as slow on an AVX-512 host, with 20 steps a process and up to 6 confirmation processes
+#: (5 steps and 3 did not confirm it on a loaded machine), so that it confirms a
+#: recommendation and shrinks it.
 SHRINK_STUDY = [*STUDY[:STUDY.index("--space")],
                 "--space", str(ROOT / "tests" / "workloads" / "wide-vectors.yaml"),
                 "--script", str(ROOT / "tests" / "workloads" / "wide_vectors.py"),
                 *STUDY[STUDY.index("--preset"):]]
+SHRINK_STUDY[SHRINK_STUDY.index("--steps") + 1] = "20"
+SHRINK_STUDY[SHRINK_STUDY.index("--confirm-max") + 1] = "6"
 PHASES = ("baseline", "fit", "search", "race", "confirm", "shrink", "pgle")
 MODES = ("study", "workers", "worker")
 TARGETS = {"study": ("leader", "child"), "workers": ("leader", "worker", "child"),
