@@ -185,6 +185,43 @@ def test_the_store_and_optunas_storage_wait_for_a_server_that_went_away(postgres
         store.close()
 
 
+def test_a_read_in_flight_when_the_server_goes_away_is_asked_again(postgres_url):
+    """A read whose connection dies while the server runs it (here: waiting on a lock that
+    another session holds) is asked again once the server is back, not a failure."""
+    from sqlalchemy import create_engine, text
+
+    from autotune.ground.records import OutcomeKind, TrialOutcome
+    from autotune.storage.store import Store
+
+    with _proxy(postgres_url) as proxy:
+        store = Store.open(proxy.url(postgres_url))
+        store.ensure_study("s", "cpu", "matmul", "tiny", 1, "paired")
+        store.record_run("s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, ""))
+        locker = create_engine(postgres_url)
+        answer: dict[str, object] = {}
+
+        def read() -> None:
+            try:
+                answer["runs"] = store.runs("s")
+            except Exception as error:  # the failure this test looks for
+                answer["error"] = error
+
+        with locker.connect() as holding:
+            holding.execute(text("LOCK TABLE autotune_runs IN ACCESS EXCLUSIVE MODE"))
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(1.0)  # the read waits on the lock: in flight
+            proxy.cut()
+            _back_after(proxy, 2.0)
+            time.sleep(3.0)
+            holding.rollback()  # the lock goes; the read asked again can answer
+        reader.join(timeout=60)
+        locker.dispose()
+        assert "error" not in answer, answer.get("error")
+        assert [r.trial_number for r in answer["runs"]] == [0]  # type: ignore[attr-defined]
+        store.close()
+
+
 def test_a_server_away_longer_than_the_patience_is_one_clear_error(postgres_url, monkeypatch):
     from autotune.storage.store import Store
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Self, TypeVar
+from typing import ParamSpec, Self, TypeVar
 
 from sqlalchemy import Engine, exc, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -15,6 +17,34 @@ from autotune.storage.engine import _current_revision, database_failure
 from autotune.storage.models import Base, StudyRow
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+log = logging.getLogger(__name__)
+
+
+def asked_again(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A read (or a write that may run twice, like a heartbeat) asked once more when the
+    connection it ran on died under it: the server went away while it was in flight.
+
+    The second call takes a new connection, which waits for the server as every new
+    connection does (`storage.outage`), so a statement in flight at a restart is
+    answered once the server is back. Any other failure, or a second one, is raised as
+    it was. Writes that must not run twice (a run recorded, a claim taken) are not
+    wrapped: their failure still stops the study with one line.
+    """
+
+    @functools.wraps(method)
+    def again(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except StorageError as error:
+            cause = error.__cause__
+            if not (isinstance(cause, exc.DBAPIError) and cause.connection_invalidated):
+                raise
+            log.info("the connection died under %s; asking again", method.__name__)
+            return method(*args, **kwargs)
+
+    return again
 
 
 def _study_named(session: Session, name: str) -> StudyRow | None:

@@ -25,7 +25,7 @@ from autotune.ground.records import (
     Role,
     WorkerRecord,
 )
-from autotune.storage._base import StoreBase
+from autotune.storage._base import StoreBase, asked_again
 from autotune.storage.models import (
     ClaimRow,
     RunRow,
@@ -97,11 +97,13 @@ class ClaimsMixin(StoreBase):
             ClaimRow.state == str(ClaimState.RUNNING))) or 0
         return runs + running
 
+    @asked_again
     def held(self, study_name: str, roles: Sequence[Role]) -> int:
         """What a budget of `roles` counts now (see `claim`)."""
         with self._session() as session:
             return self._held(session, self._study_row(session, study_name).id, roles)
 
+    @asked_again
     def count_runs(self, study_name: str, roles: Sequence[Role]) -> int:
         """How many runs of `roles` the study has stored (a progress display's count)."""
         with self._session() as session:
@@ -109,6 +111,7 @@ class ClaimsMixin(StoreBase):
             return session.scalar(select(func.count(RunRow.id)).where(
                 RunRow.study_id == study.id, RunRow.role.in_([str(r) for r in roles]))) or 0
 
+    @asked_again
     def release(self, claim_id: int, state: ClaimState = ClaimState.INTERRUPTED) -> bool:
         """End a running claim without a run (default: interrupted, so anyone may claim it
         again). Returns False when the claim was not running (finished or released already)."""
@@ -118,6 +121,7 @@ class ClaimsMixin(StoreBase):
                 state=str(state), updated_at=utcnow()))
             return bool(getattr(done, "rowcount", 0))
 
+    @asked_again
     def beat(self, claim_id: int) -> bool:
         """Say that the owner of a running claim is alive: its `heartbeat_at` becomes now.
 
@@ -130,6 +134,7 @@ class ClaimsMixin(StoreBase):
                 heartbeat_at=utcnow()))
             return bool(getattr(done, "rowcount", 0))
 
+    @asked_again
     def live_claims(self, study_name: str | None = None,
                     within_s: float = LIVE_WITHIN_S) -> list[ClaimRecord]:
         """The running claims whose owner beat within the last `within_s` seconds.
@@ -154,6 +159,7 @@ class ClaimsMixin(StoreBase):
                 query = query.where(ClaimRow.study_id == self._study_row(session, study_name).id)
             return [row.to_record(name) for row, name in session.execute(query)]
 
+    @asked_again
     def version(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> str:
         """A token that changes whenever what a reader shows of the study changes: a run
         stored, a claim taken, ended or released, a worker gone silent (`live_claims`).
@@ -176,6 +182,7 @@ class ClaimsMixin(StoreBase):
                 .where(ClaimRow.study_id == study_id)).one()
             return ":".join(str(v) for v in (*runs, *claims))
 
+    @asked_again
     def workers(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> list[WorkerRecord]:
         """Every process that claimed work in the study, its claims counted by state in
         one grouped query (no claim is read whole): what a progress view shows.
@@ -202,6 +209,7 @@ class ClaimsMixin(StoreBase):
                              c["last_seen"].replace(tzinfo=UTC), c["live"])
                 for (host, pid), c in sorted(counts.items())]
 
+    @asked_again
     def claims(self, study_name: str, states: Iterable[ClaimState] | None = None,
                env_key: str | None = None) -> list[ClaimRecord]:
         """The study's claims, oldest first, optionally of some states or one environment."""

@@ -10,7 +10,9 @@ stands. Pooled connections that died meanwhile are tested before use
 (`pool_pre_ping`) and replaced through the same retry. The first connection
 is never retried: a wrong URL, host or password is a mistake to report at
 once, not an outage to wait for. A statement whose connection dies while it
-runs still fails (one line, `database_failure`); only new connections wait.
+runs fails (one line, `database_failure`), unless the store method that ran it
+may run twice (a read, a heartbeat: `storage._base.asked_again`), which then
+asks again on a new connection, and so waits here.
 
 SQLite files are not served over a network and are left alone.
 """

@@ -26,7 +26,7 @@ from autotune.ground.records import (
     RunRecord,
     TrialOutcome,
 )
-from autotune.storage._base import StoreBase, _enum_values
+from autotune.storage._base import StoreBase, _enum_values, asked_again
 from autotune.storage.engine import _collector_paused, _reason
 from autotune.storage.models import (
     RUN_COLUMNS,
@@ -144,6 +144,7 @@ class RunsMixin(StoreBase):
         return self._get_or_insert(lambda session: session.scalar(query), EnvironmentRow(
             **asdict(environment), fingerprint=fingerprint))
 
+    @asked_again
     def runs(
         self,
         study_name: str,

@@ -25,7 +25,7 @@ from autotune.ground.records import (
     MeasureMode,
     StudyRecord,
 )
-from autotune.storage._base import _check_same_settings, _study_named
+from autotune.storage._base import _check_same_settings, _study_named, asked_again
 from autotune.storage.artifacts import ArtifactsMixin
 from autotune.storage.claims import ClaimsMixin
 from autotune.storage.engine import (
@@ -149,6 +149,7 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
         _check_same_settings(existing, wanted)
         return existing.to_record()
 
+    @asked_again
     def get_study(self, name: str) -> StudyRecord:
         """The study called `name`.
 
@@ -205,6 +206,7 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
             session.delete(study)
             return runs
 
+    @asked_again
     def list_studies(self) -> list[StudyRecord]:
         """Every study, oldest first."""
         with self._session() as session:
