@@ -343,3 +343,40 @@ def test_the_dashboard_shows_the_pooled_figure_of_a_raced_program(tmp_path):
     assert (f"pooled ×{raced['pooled_speedup']:.3f} [{low:.3f}, {high:.3f}], "
             f"n={raced['observations']}") in page
     assert "search incumbent:" in page  # the note, as under `best`
+
+
+def test_an_exhausted_space_waits_for_a_trial_another_process_holds(tmp_path):
+    """A space of one configuration, which another process holds (a worker that then
+    dies, its claim released): the study does not end on 'the space looks exhausted'
+    with nothing measured; it waits, then measures the configuration itself."""
+    import threading
+
+    import yaml
+
+    from autotune.flags.compose import config_key
+
+    table = ReplayTable.load(NORM_ACT)
+    ratios = table.ratios()
+    fastest = min(ratios, key=lambda k: ratios[k])
+    flags = dict(table.flags[fastest])
+    params = {k: {"type": "categorical", "choices": [v], "source": "the table's fastest"}
+              for k, v in flags.items()}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({
+        "schema_version": 1, "name": "one", "description": "one configuration",
+        "backend": "cpu", "sources": [{"document": "norm-act table", "section": "fastest"}],
+        "params": params}))
+    plan = StudyPlan.of(name="one", space=load_space(str(tmp_path / "one.yaml")),
+                        workload=resolve_benchmark("norm-act"), trials=4, sampler="random",
+                        seed=0, fit=False)
+    store = Store.open(f"sqlite:///{tmp_path}/one.db")
+    runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=0),
+                         optuna.storages.InMemoryStorage())
+    runner.run(limit=1)  # the baseline
+    _, held = store.claim("one", runner.ctx.env_key, config_key(flags), Role.SEARCH, flags,
+                          None, ("another-host", 4242))
+    assert held is not None
+    # that worker dies after the sampler has proposed the held configuration 100 times
+    threading.Timer(8.0, store.release, args=(held.id,)).start()
+    runner.run()
+    searched = [r for r in store.runs("one") if r.role is Role.SEARCH]
+    assert [r.flags for r in searched] == [flags]  # measured here once it was free

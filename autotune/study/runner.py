@@ -185,6 +185,9 @@ class StudyRunner:
             if view.held >= self.plan.trials or (limit is not None and launched >= limit):
                 return RunSummary(launched, reused)
             if streak >= MAX_REPEATED_PROPOSALS:
+                if reap_phase.wait_for_claims(self.ctx, BUDGET_ROLES):
+                    streak = 0  # a race or trial another process held may be free again
+                    continue
                 return RunSummary(launched, reused, _exhausted_note(streak))
             if view.baseline_elsewhere():  # another process measures this environment's baseline
                 self._wait_for_others()
@@ -195,6 +198,8 @@ class StudyRunner:
                     return RunSummary(launched, reused, EMPTY_FIT_NOTE)
             step, run = self._round(study, view)
             if step == "exhausted":
+                if reap_phase.wait_for_claims(self.ctx, BUDGET_ROLES):
+                    continue  # a race or trial another process held may be free again
                 return RunSummary(launched, reused, "every configuration of the space has been "
                                   "measured or is being measured")
             if step == ClaimVerdict.FULL:
