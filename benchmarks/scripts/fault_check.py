@@ -4,8 +4,9 @@ database crowded; each case resumed with the same command and checked (issue 31)
 Every case runs real `autotune` processes on a real database (a SQLite file, or a
 schema of its own in the PostgreSQL of `--postgres URL`), measuring the tiny matmul
 benchmark on the `cpu` space, with confirmation, racing, shrinking and a PGLE phase (the
-shrink cases measure `tests/workloads/wide_vectors.py`, which a flag makes faster on an
-AVX-512 host: shrinking starts only from a confirmed recommendation):
+race and shrink cases measure `tests/workloads/wide_vectors.py`, which a flag makes
+faster on an AVX-512 host: racing starts only from a leader faster than the defaults,
+shrinking only from a confirmed recommendation):
 
 - **kill**: `study`, `study --workers 2`, or `study` beside one `autotune worker`
   (mode), one process SIGKILLed (target: the `leader`, that is the study command's
@@ -60,16 +61,17 @@ STUDY = ["--space", "cpu", "--benchmark", "matmul", "--preset", "tiny", "--devic
          "--steps", "5", "--warmup", "1", "--max-warmup", "3", "--trials", str(TRIALS),
          "--confirm", "2", "--confirm-repeats", "2", "--confirm-max", "3", "--pgle", "1",
          "--heartbeat", "2", "--timeout-per-trial", "120", "--seed", "7", "--name", NAME]
-#: The shrink cases' study: the same, on a workload that 512-bit vectors make about 0.6x
-#: as slow on an AVX-512 host, with 20 steps a process and up to 6 confirmation processes
-#: (5 steps and 3 did not confirm it on a loaded machine), so that it confirms a
-#: recommendation and shrinks it.
-SHRINK_STUDY = [*STUDY[:STUDY.index("--space")],
+#: The race and shrink cases' study: the same, on a workload that 512-bit vectors make
+#: about 0.6x as slow on an AVX-512 host, with 20 steps a process and up to 6 confirmation
+#: processes (5 steps and 3 did not confirm it on a loaded machine), so that it races its
+#: leader, confirms a recommendation and shrinks it.
+WINNING_PHASES = ("race", "shrink")
+WINNING_STUDY = [*STUDY[:STUDY.index("--space")],
                 "--space", str(ROOT / "tests" / "workloads" / "wide-vectors.yaml"),
                 "--script", str(ROOT / "tests" / "workloads" / "wide_vectors.py"),
                 *STUDY[STUDY.index("--preset"):]]
-SHRINK_STUDY[SHRINK_STUDY.index("--steps") + 1] = "20"
-SHRINK_STUDY[SHRINK_STUDY.index("--confirm-max") + 1] = "6"
+WINNING_STUDY[WINNING_STUDY.index("--steps") + 1] = "20"
+WINNING_STUDY[WINNING_STUDY.index("--confirm-max") + 1] = "6"
 PHASES = ("baseline", "fit", "search", "race", "confirm", "shrink", "pgle")
 MODES = ("study", "workers", "worker")
 TARGETS = {"study": ("leader", "child"), "workers": ("leader", "worker", "child"),
@@ -252,13 +254,14 @@ def phase_of(claim: object) -> str | None:
 
 def study_argv(case: Case | None = None) -> list[str]:
     """The study a case runs: the tiny matmul's (`STUDY`); an outage's, whose every child
-    pauses in its build; a shrink kill's, whose workload a flag makes measurably faster
-    (on this CPU no configuration of the tiny matmul is confirmed, and shrinking starts
-    only from a recommendation)."""
+    pauses in its build; a race or shrink kill's (`WINNING_STUDY`), whose workload a flag
+    makes measurably faster: on this CPU no configuration of the tiny matmul is
+    confirmed, and shrinking starts only from a recommendation; racing only from a
+    search leader faster than the defaults on its first process."""
     if case is not None and case.kind == "outage":
         return _outage_study()
-    if case is not None and case.kind == "kill" and case.phase == "shrink":
-        return list(SHRINK_STUDY)
+    if case is not None and case.kind == "kill" and case.phase in WINNING_PHASES:
+        return list(WINNING_STUDY)
     return list(STUDY)
 
 
