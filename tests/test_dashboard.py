@@ -44,9 +44,10 @@ def paired(ratio: float, fingerprint: str, n: int = 6) -> Measurement:
                            device_kind="cpu", device_count=1)
 
 
-def fill(store: Store, name: str, *, evil: bool = False) -> None:
+def fill(store: Store, name: str, *, evil: bool = False, first: float = 0.8) -> None:
     """A study: baseline, three search trials (one with an HTML flag value and message),
-    a failure, and three confirmation rounds that make trial 1 confirmed faster."""
+    a failure, and three confirmation rounds that make trial 1 confirmed faster (at 0.8;
+    its search process at `first`)."""
     store.ensure_study(name, "cpu", "matmul", "tiny", 1, "paired")
     ok = OutcomeKind.OK
 
@@ -56,7 +57,7 @@ def fill(store: Store, name: str, *, evil: bool = False) -> None:
                          ratio=ratio, env_key="host-a")
 
     run(0, Role.BASELINE, {}, TrialOutcome(ok, "", paired(1.0, "base")))
-    run(1, Role.SEARCH, {FAST: True}, TrialOutcome(ok, "", paired(0.8, "fast")))
+    run(1, Role.SEARCH, {FAST: True}, TrialOutcome(ok, "", paired(first, "fast")))
     odd = {PASSES: EVIL} if evil else {PASSES: "rematerialization"}
     run(2, Role.SEARCH, odd, TrialOutcome(ok, EVIL if evil else "", paired(0.95, "passes"),
                                           stderr_tail=EVIL if evil else "log"))
@@ -398,3 +399,46 @@ def test_a_report_of_a_study_whose_name_is_a_path_stays_in_this_folder(db: str,
     assert "/" not in default_report_path(EVIL, "html").name
     above = {p.name for p in tmp_path.iterdir()} - {Path(db.split("///")[-1]).name}
     assert above == {"a"}  # nothing written above
+
+
+def test_every_view_tells_one_story(tmp_path: Path):
+    """One study whose leader's search process was luckier (x1.429) than its pooled four
+    (x1.250): `best`, `best --format json`, the dashboard's page, the HTML report and the
+    Markdown report show the same ranks, the pooled search figure with its n, the same
+    confirmed interval and verdict, and the same recommendation."""
+    from autotune.dashboard.render import ms_text
+    from autotune.dashboard.report import search_text
+
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    with Store.open(url) as store:
+        fill(store, "one", first=0.7)
+    rows = json.loads(invoke("best", "one", "--storage", url, "--format", "json",
+                             cwd=tmp_path).output)
+    assert [r["rank"] for r in rows] == [None, 1, 2]
+    lead = rows[1]
+    assert lead["search_speedup"] == pytest.approx(1 / 0.7)  # its own first process
+    assert lead["observations"] == 4 and lead["pooled_speedup"] == pytest.approx(1.25)
+    searched = search_text(lead)
+    assert searched == "×1.250 n=4"
+    low, high = lead["confirmed_interval"]
+    confirmed = f"×{lead['confirmed_speedup']:.3f} [{low:.3f}, {high:.3f}]"
+    table = invoke("best", "one", "--storage", url, cwd=tmp_path).output
+    assert "×1.250" in table and "n=4" in table and confirmed in " ".join(table.split())
+    assert "×1.429" not in table
+    assert invoke("report", "one", "--storage", url, "-o", "r.html", cwd=tmp_path).exit_code == 0
+    assert invoke("report", "one", "--storage", url, "--format", "md", "-o", "r.md",
+                  cwd=tmp_path).exit_code == 0
+    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
+        page = c.get("/study/one").text
+    for html in (page, (tmp_path / "r.html").read_text()):
+        cells = re.findall(r'<td class="num search"[^>]*>(.*?)</td>', html, re.S)
+        texts = [re.sub(r"<[^>]+>", " ", c).split() for c in cells]
+        assert [t[0] for t in texts] == ["×1.000", "×1.250", f"×{rows[2]['search_speedup']:.3f}"]
+        assert texts[1][1] == "n=4"
+        assert confirmed in " ".join(html.split())
+        assert "apply trial 1: ×1.250" in " ".join(html.split())
+    markdown = (tmp_path / "r.md").read_text()
+    step = ms_text(lead["median_step_s"])
+    assert f"| 1 | 1 | {step} | {searched} | {confirmed} faster (recommended) |" in markdown
+    assert f"| 2 | 2 | {ms_text(rows[2]['median_step_s'])} | ×1.053 | not confirmed |" in markdown
+    assert "apply trial 1: ×1.250" in markdown

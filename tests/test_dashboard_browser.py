@@ -163,8 +163,10 @@ def test_the_best_table_equals_best_format_json(browser: Any, server: str, db: s
             assert row.get_attribute("data-trial") == str(want["trial"])
             assert row.locator("td.rank").inner_text() == (
                 "baseline" if want["rank"] is None else str(want["rank"]))
+            pooled = want["observations"] and want["observations"] > 1
+            shown = want["pooled_speedup"] if pooled else want["search_speedup"]
             assert row.locator("td.search").inner_text().startswith(
-                f"×{want['search_speedup']:.3f}")
+                f"×{shown:.3f}" + (f" n={want['observations']}" if pooled else ""))
             flags = [line.strip() for line in row.locator("td.flags code").all_inner_texts()]
             assert flags == [f"{k}={json.dumps(v).strip(chr(34))}"
                              for k, v in sorted(want["flags_changed"].items())]

@@ -218,7 +218,7 @@ def test_version_names_the_version_and_the_distribution(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "missing"), [
-    (["dashboard"], "plotly"), (["report", "s"], "jinja2"),
+    (["dashboard"], "plotly"), (["report", "s"], "jinja2"), (["report", "s"], "matplotlib"),
     (["report", "s", "--format", "md"], "matplotlib")])
 def test_a_command_of_the_dashboard_extra_without_it_names_the_extra(
         args, missing, tmp_path, monkeypatch):

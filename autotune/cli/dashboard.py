@@ -146,8 +146,7 @@ def report(
     from autotune.api import one_of
 
     one_of(fmt, ["html", "md"], "report format")
-    needs_extra(f"autotune report --format {fmt}", ("jinja2", "plotly") + (
-        ("matplotlib",) if fmt == "md" else ()))
+    needs_extra(f"autotune report --format {fmt}", ("jinja2", "matplotlib"))  # charts
     from autotune.dashboard.report import write_report
 
     store = open_store(storage, must_exist=True)

@@ -114,21 +114,32 @@ def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
     lines += ["", "| rank | trial | median step | search speedup | confirmed speedup (95% CI) "
               "| peak memory | flags changed |", "|---|---|---|---|---|---|---|"]
     for row in page["best"]:
-        confirmed = "" if row["rank"] is None else (
-            f"{speedup_text(row['confirmed_speedup'])} {interval_text(row['confirmed_interval'])}"
-            f" {row['verdict'] or 'not confirmed'}" + (" (recommended)" if row["recommended"]
-                                                        else ""))
+        confirmed = "" if row["rank"] is None else "not confirmed" if row["verdict"] is None \
+            else (f"{speedup_text(row['confirmed_speedup'])} "
+                  f"{interval_text(row['confirmed_interval'])} {row['verdict']}"
+                  + (" (recommended)" if row["recommended"] else ""))
         flags = "<br>".join(f"`{_code(k)}={_code(render_value(v))}`"
                             for k, v in sorted(row["flags_changed"].items()))
         lines.append(f"| {row['rank'] if row['rank'] is not None else 'baseline'} "
                      f"| {row['trial']} | {ms_text(row['median_step_s'])} "
-                     f"| {speedup_text(row['search_speedup'])} | {confirmed} "
+                     f"| {search_text(row)} | {confirmed} "
                      f"| {size_text(row['peak_memory_bytes'])} | {flags} |")
     lines += [""] + [f"- {_md(n['text'])}" for n in page["notes"]] + [""]
     lines += [f"![{name}]({name})" for name in charts]
     lines += ["", "## Failures", ""] + [f"- {f['kind']}: {f['count']}" for f in
                                          page["failures"]] + ["" if page["failures"] else "none"]
     return "\n".join(lines) + "\n"
+
+
+def search_text(row: dict[str, Any]) -> str:
+    """The search figure of a `best` row as every view shows it: the program's pooled
+    speedup with its number of processes where more than one timed it (`×1.250 n=4`),
+    else the one process's figure."""
+    from autotune.dashboard.render import speedup_text
+
+    if row["observations"] and row["observations"] > 1:
+        return f"{speedup_text(row['pooled_speedup'])} n={row['observations']}"
+    return speedup_text(row["search_speedup"])
 
 
 def _md(text: object) -> str:
