@@ -292,6 +292,15 @@ def test_the_html_report_is_one_file_with_everything_inlined(db: str, tmp_path: 
     assert made and made.group(1) == __version__, html[:2000]
 
 
+def test_a_report_written_under_source_date_epoch_names_that_time(db: str, tmp_path: Path,
+                                                                 monkeypatch):
+    """Reproducible, as `export` is: the report's time is the one SOURCE_DATE_EPOCH names."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    assert invoke("report", "s", "--storage", db, "-o", "r.html", cwd=tmp_path).exit_code == 0
+    assert "written by autotune" in (text := (tmp_path / "r.html").read_text())
+    assert "on 2026-01-01 00:00 UTC; measured with jaxlib 0.10.2" in text
+
+
 def test_the_markdown_report_has_the_table_and_its_charts_beside_it(db: str, tmp_path: Path):
     result = invoke("report", EVIL, "--storage", db, "--format", "md", "-o", "r.md",
                     cwd=tmp_path)

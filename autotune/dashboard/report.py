@@ -38,14 +38,16 @@ def study_page(store: Store, name: str) -> dict[str, Any]:
 
 def made(jaxlibs: list[str]) -> dict[str, str]:
     """Who wrote a report and when: `autotune` (its version), `written` (UTC, to the
-    minute) and `jaxlib` (the versions the study's runs were measured with, or
-    "unknown")."""
-    from datetime import UTC, datetime
+    minute: now, or `SOURCE_DATE_EPOCH`'s time as `export` takes it) and `jaxlib` (the
+    versions the study's runs were measured with, or "unknown")."""
+    from datetime import datetime
 
     from autotune.ground.resources import VERSION
+    from autotune.results.export import exported_at
 
+    written = datetime.fromisoformat(exported_at()).strftime("%Y-%m-%d %H:%M UTC")
     return {"autotune": VERSION, "jaxlib": ", ".join(jaxlibs) or "unknown",
-            "written": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+            "written": written}
 
 
 def made_text(page: dict[str, Any]) -> str:
