@@ -415,8 +415,7 @@ def test_every_view_tells_one_story(tmp_path: Path):
     (x1.250): `best`, `best --format json`, the dashboard's page, the HTML report and the
     Markdown report show the same ranks, the pooled search figure with its n, the same
     confirmed interval and verdict, and the same recommendation."""
-    from autotune.dashboard.render import ms_text
-    from autotune.dashboard.report import search_text
+    from autotune.dashboard.render import ms_text, search_text
 
     url = f"sqlite:///{tmp_path / 'one.db'}"
     with Store.open(url) as store:

@@ -25,6 +25,15 @@ def speedup_text(value: float | None) -> str:
     return "-" if value is None else f"×{value:.3f}"
 
 
+def search_text(row: dict[str, Any]) -> str:
+    """The search figure of a `best` row as every view shows it: the program's pooled
+    speedup with its number of processes where more than one timed it (`×1.250 n=4`),
+    else the one process's figure."""
+    if row["observations"] and row["observations"] > 1:
+        return f"{speedup_text(row['pooled_speedup'])} n={row['observations']}"
+    return speedup_text(row["search_speedup"])
+
+
 def interval_text(value: list[float] | None) -> str:
     return "" if not value else f"[{value[0]:.3f}, {value[1]:.3f}]"
 
@@ -53,8 +62,8 @@ def environment() -> jinja2.Environment:
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(speedup=speedup_text, interval=interval_text, ms=ms_text,
-                       seconds=seconds_text, size=size_text, seg=_segment, when=_when,
-                       value=render_value)
+                       seconds=seconds_text, size=size_text, search=search_text,
+                       seg=_segment, when=_when, value=render_value)
     return env
 
 

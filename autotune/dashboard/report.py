@@ -97,7 +97,7 @@ def markdown_report(page: dict[str, Any], path: Path) -> list[Path]:
 def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
     """The report's Markdown: the recommendation, the best table, notes, contributions,
     failures and the charts' image links."""
-    from autotune.dashboard.render import interval_text, ms_text, speedup_text
+    from autotune.dashboard.render import interval_text, ms_text, search_text, speedup_text
     from autotune.flags.compose import render_value
     from autotune.results.notes import size_text
 
@@ -131,17 +131,6 @@ def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
     lines += ["", "## Failures", ""] + [f"- {f['kind']}: {f['count']}" for f in
                                          page["failures"]] + ["" if page["failures"] else "none"]
     return "\n".join(lines) + "\n"
-
-
-def search_text(row: dict[str, Any]) -> str:
-    """The search figure of a `best` row as every view shows it: the program's pooled
-    speedup with its number of processes where more than one timed it (`×1.250 n=4`),
-    else the one process's figure."""
-    from autotune.dashboard.render import speedup_text
-
-    if row["observations"] and row["observations"] > 1:
-        return f"{speedup_text(row['pooled_speedup'])} n={row['observations']}"
-    return speedup_text(row["search_speedup"])
 
 
 def _md(text: object) -> str:

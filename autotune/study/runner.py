@@ -185,8 +185,8 @@ class StudyRunner:
             if view.held >= self.plan.trials or (limit is not None and launched >= limit):
                 return RunSummary(launched, reused)
             if streak >= MAX_REPEATED_PROPOSALS:
-                if reap_phase.wait_for_claims(self.ctx, BUDGET_ROLES):
-                    streak = 0  # a race or trial another process held may be free again
+                if self._waited_for_others_budget():
+                    streak = 0
                     continue
                 return RunSummary(launched, reused, _exhausted_note(streak))
             if view.baseline_elsewhere():  # another process measures this environment's baseline
@@ -198,8 +198,8 @@ class StudyRunner:
                     return RunSummary(launched, reused, EMPTY_FIT_NOTE)
             step, run = self._round(study, view)
             if step == "exhausted":
-                if reap_phase.wait_for_claims(self.ctx, BUDGET_ROLES):
-                    continue  # a race or trial another process held may be free again
+                if self._waited_for_others_budget():
+                    continue
                 return RunSummary(launched, reused, "every configuration of the space has been "
                                   "measured or is being measured")
             if step == ClaimVerdict.FULL:
@@ -215,6 +215,12 @@ class StudyRunner:
                 on_trial(self.search.event(run, view))
             if run.role is Role.BASELINE and not run.outcome.ok:
                 raise _baseline_failed(run.outcome)
+
+    def _waited_for_others_budget(self) -> bool:
+        """Before calling the space exhausted: wait while other processes hold running
+        budget claims (reaping as it waits). True when it waited: a race or trial they held
+        may be free again (its holder died), so the search goes on."""
+        return reap_phase.wait_for_claims(self.ctx, BUDGET_ROLES)
 
     def _wait_for_others(self) -> None:
         """One poll while another process measures what this one needs (the baseline, the
