@@ -91,7 +91,8 @@ def test_every_page_answers_on_sqlite_and_postgresql(url: str):
         for path in ("/", "/study/s", "/study/s/trial/1", "/study/s/compare/1/2",
                      "/compare?a=s&b=t", "/study/s/export.yaml", "/study/s/trial/2/export.env",
                      "/api/studies", "/api/study/s", "/api/study/s/version",
-                     "/api/study/s/trial/1", "/static/plotly.min.js", "/static/dashboard.js"):
+                     "/api/study/s/trial/1", "/runs/s", "/api/runs/s?outcome=timeout",
+                     "/static/plotly.min.js", "/static/dashboard.js"):
             assert c.get(path).status_code == 200, path
 
 
@@ -106,6 +107,45 @@ def test_the_study_page_shows_the_read_model(client: TestClient):
     assert "<b>timeout</b>: 1 run" in html and "timed out after 60 s" in html
     assert "host-a: cpu x1, jax 0.10.2" in html
     assert ">None<" not in html and "None</" not in html  # a missing value is never "None"
+
+
+def test_every_run_is_reachable_page_by_page_and_by_filter(tmp_path: Path):
+    """A study of 250 search runs: the runs page lists them 100 a page in the order they
+    ran, each linked to its trial, the JSON is `trials --format json`'s rows, and role,
+    outcome and flag filters narrow it; pruned runs are counted apart from failures."""
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    with Store.open(url) as store:
+        fill(store, "big")
+        for n in range(4, 254):
+            kind = OutcomeKind.PRUNED if n % 5 == 0 else OutcomeKind.OK
+            store.record_run("big", n, Role.SEARCH, {"xla_cpu_prefer_vector_width": n}, {},
+                             TrialOutcome(kind, "", paired(0.99, f"p{n}")), HOST,
+                             ratio=0.99, env_key="host-a")
+    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
+        first = c.get("/api/runs/big").json()
+        assert (first["total"], first["matched"], first["pages"]) == (257, 257, 3)
+        assert [r["trial"] for r in first["rows"][:4]] == [0, 1, 2, 3]
+        last = c.get("/api/runs/big?page=9").json()  # clamped to the last page
+        assert last["page"] == 3 and [r["trial"] for r in last["rows"]][-1] == 253
+        assert len(last["rows"]) == 57
+        with Store.open(url, upgrade=False) as store:
+            from autotune.results.table import trial_rows
+            assert c.get("/api/runs/big?page=3").json()["rows"] == json.loads(
+                json.dumps(trial_rows(store.runs("big"))[200:]))
+        pruned = c.get("/api/runs/big?outcome=pruned").json()
+        assert pruned["matched"] == 50 and {r["outcome"] for r in pruned["rows"]} == {"pruned"}
+        narrow = c.get("/api/runs/big?role=search&flag=vector_width=25").json()
+        assert sorted(r["trial"] for r in narrow["rows"]) == [25, *range(250, 254)]
+        html = c.get("/runs/big?outcome=ok&page=2").text
+        assert "206 of 257 runs, page 2 of 3." in html
+        assert '<a href="/study/big/trial/151">151</a>' in html
+        assert 'href="?outcome=ok&amp;page=3"' in html  # the pages keep the filter
+        assert "<option value=\"pruned\">pruned (50)</option>" in html
+        study = c.get("/study/big").text
+        assert "1 failed runs, 50 stopped by a rule" in study  # the timeout; pruned apart
+        assert '<a id="all-runs" href="/runs/big">all 257 runs</a>' in study
+        assert c.get("/api/runs/big?page=x").status_code == 404
+        assert c.get("/runs/nothing").status_code == 404
 
 
 def test_a_trial_page_shows_flags_env_steps_memory_collectives_and_logs(client: TestClient):

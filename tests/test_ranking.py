@@ -771,9 +771,13 @@ def test_every_note_says_what_it_says_in_full():
         Note("same_program", "1 trials compiled to a program another trial had timed: not "
              "timed again, each shown as that trial's row"),
         Note("speedup", "speedup = baseline median step time / configuration's median step "
-             "time. Search: one paired process per trial (baseline row: default vs default, "
-             "the noise floor). Confirmed: re-measured in fresh processes interleaved with the "
-             "baseline; an interval that holds 1.0 is no measurable gain."),
+             "time, both timed in one process, steps alternated, so the process's own speed "
+             "cancels; own step is the configuration's median in its own process, which a "
+             "busier or quieter host moves: compare speedups, not own steps. Search: one "
+             "paired process per trial, a program's processes pooled (n) (baseline row: "
+             "default vs default, the noise floor). Confirmed: re-measured in fresh processes "
+             "interleaved with the baseline; an interval that holds 1.0 is no measurable "
+             "gain."),
         Note("memory_source", "peak memory from: memory_stats, unknown"),
         Note("memory_budget", "memory budget 20.0 MiB: 1 configuration above it are "
              "infeasible and not ranked"),

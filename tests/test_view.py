@@ -225,7 +225,7 @@ def test_the_header_and_the_summary_hold_exactly_these_keys():
     assert study_header(record()) == HEADER
     runs = tiered_study().runs
     assert study_summary(record(), runs, []) == {
-        **HEADER, "environments": [], "trials": 8, "failed": 1, "runs": 24,
+        **HEADER, "environments": [], "trials": 8, "failed": 1, "stopped": 0, "runs": 24,
         "best_confirmed": {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
                            "verdict": "faster"},
         "recommended": True, "last_activity": WHEN.isoformat(), "running": False}

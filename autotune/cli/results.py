@@ -92,7 +92,7 @@ def _print_rows(rows: list[Any], title: str | None) -> None:
     from autotune.results.ranking import verdict_text
 
     table = Table(title=title, width=TABLE_WIDTH)
-    for col, least in (("rank", 8), ("trial", 5), ("median step", 8), ("search speedup", 8),
+    for col, least in (("rank", 8), ("trial", 5), ("own step", 8), ("search speedup", 8),
                        ("peak memory", 8)):  # search speedup: pooled over n processes
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)

@@ -8,7 +8,8 @@ study (`Store.version`, one indexed query) and kept, so a reload of a large
 study costs one query.
 
 Stable URLs: `/`, `/study/NAME`, `/study/NAME/trial/N`,
-`/study/NAME/compare/A/B`, `/compare?a=STUDY&b=STUDY`,
+`/study/NAME/compare/A/B`, `/compare?a=STUDY&b=STUDY`, `/runs/NAME` (every run,
+filtered by `role`, `outcome` and `flag`, `page` by page),
 `/study/NAME/export.FORMAT` (the recommendation), `/study/NAME/trial/N/export.FORMAT`,
 and the same data as JSON under `/api/`.
 """
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -264,6 +265,39 @@ def compare_trials_page(request: Request) -> Response:
                                   refresh_s=0, poll=None))
 
 
+def _runs_page(request: Request) -> tuple[StudyRecord, dict[str, Any]]:
+    """The study the URL names and `view.runs_page` of its runs under the query's filters
+    (`role`, `outcome`, `flag`; empty means any) and `page` (a number from 1)."""
+    from autotune.results.view import runs_page
+
+    name = _name(request)
+    record, runs = _study_or_404(_reader(request), name)
+    query = request.query_params
+    try:
+        number = int(query.get("page") or 1)
+    except ValueError as exc:
+        raise _missing(f"page {query.get('page')!r} is not a number") from exc
+    return record, runs_page(runs, role=query.get("role") or None,
+                             outcome=query.get("outcome") or None,
+                             flag=query.get("flag") or None, page=number)
+
+
+def runs_page(request: Request) -> Response:
+    record, page = _runs_page(request)
+    kept = {k: v for k, v in page["filters"].items() if v}
+
+    def query(number: int) -> str:
+        return urlencode({**kept, "page": number})
+
+    return HTMLResponse(page_html("runs.html", page=page, study=record, query=query,
+                                  refresh_s=_refresh(request),
+                                  poll=_version_path(request, record.name)))
+
+
+def api_runs(request: Request) -> Response:
+    return JSONResponse(_runs_page(request)[1])
+
+
 def _has(runs: list[RunRecord], number: int) -> bool:
     return any(r.trial_number == number for r in runs)
 
@@ -364,6 +398,8 @@ def routes() -> list[Route | Mount]:
         Route("/", studies_page, methods=get, name="studies"),
         Route("/favicon.ico", favicon, methods=get),
         Route("/compare", compare_studies_page, methods=get, name="compare_studies"),
+        Route("/runs/{name:path}", runs_page, methods=get, name="runs"),
+        Route("/api/runs/{name:path}", api_runs, methods=get),
         # A study's name may hold "/" (it reaches the app decoded): the most specific
         # routes come first, and the name is the rest of the path.
         Route("/study/{name:path}/trial/{number:int}/export.{fmt}", download, methods=get,

@@ -113,7 +113,7 @@ def markdown_text(page: dict[str, Any], charts: list[str]) -> str:
     lines += [f"- `{_code(k)}={_code(render_value(v))}`" for k, v in sorted(rec["flags"].items())]
     if rec["xla_flags"]:
         lines += ["", "```bash", f"XLA_FLAGS='{rec['xla_flags']}'", "```"]
-    lines += ["", "| rank | trial | median step | search speedup | confirmed speedup (95% CI) "
+    lines += ["", "| rank | trial | own step | search speedup | confirmed speedup (95% CI) "
               "| peak memory | flags changed |", "|---|---|---|---|---|---|---|"]
     for row in page["best"]:
         confirmed = "" if row["rank"] is None else "not confirmed" if row["verdict"] is None \
@@ -198,7 +198,7 @@ def _figures(page: dict[str, Any]) -> list[tuple[str, Any]]:
             ax.plot([p["median_step_s"] * 1e3 for p in front],
                     [p["peak_memory_bytes"] / 2**20 for p in front], "o:", mfc="none",
                     color="#d04a4a", label="Pareto front")
-        ax.set(xlabel="median step (ms)", ylabel="peak memory (MiB)")
+        ax.set(xlabel="own-process median step (ms)", ylabel="peak memory (MiB)")
         ax.legend()
         figures.append(("scatter", fig))
     return figures

@@ -42,10 +42,13 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
         notes.append(Note("same_program", f"{same} trials compiled to a program another trial "
                           "had timed: not timed again, each shown as that trial's row"))
     notes.append(Note("speedup", "speedup = baseline median step time / configuration's "
-                      "median step time. Search: one paired process per trial (baseline row: "
-                      "default vs default, the noise floor). Confirmed: re-measured in fresh "
-                      "processes interleaved with the baseline; an interval that holds 1.0 is "
-                      "no measurable gain."))
+                      "median step time, both timed in one process, steps alternated, so the "
+                      "process's own speed cancels; own step is the configuration's median in "
+                      "its own process, which a busier or quieter host moves: compare "
+                      "speedups, not own steps. Search: one paired process per trial, a "
+                      "program's processes pooled (n) (baseline row: default vs default, the "
+                      "noise floor). Confirmed: re-measured in fresh processes interleaved with "
+                      "the baseline; an interval that holds 1.0 is no measurable gain."))
     notes.append(memory_note(runs, rows))
     notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
                           noise_note(rows), backend_note(record, runs)) if n is not None]

@@ -21,6 +21,7 @@ from autotune.flags.compose import config_key, xla_flags_string
 from autotune.ground.records import (
     Environment,
     Measurement,
+    OutcomeKind,
     Role,
     RunRecord,
     StudyRecord,
@@ -44,13 +45,19 @@ from autotune.results.ranking import (
 )
 from autotune.results.shrink import Effect, Shrink, shrink
 from autotune.results.study_results import StudyResults, study_catalog
-from autotune.results.table import changed_flags
+from autotune.results.table import changed_flags, trial_rows
 
 #: How many messages of one failure kind a page lists (the count says how many there were).
 MESSAGES_PER_KIND = 5
 
 #: How many trials of one program a best row names (the count says how many there are).
 GROUP_SHOWN = 12
+
+#: How many runs one page of a study's runs lists (`runs_page`).
+RUNS_PER_PAGE = 100
+
+#: Outcomes a rule stopped on purpose: counted apart from the failed runs.
+STOPPED_KINDS = frozenset({OutcomeKind.PRUNED, OutcomeKind.OVER_BUDGET})
 
 #: Roles a search's progress is read from (one figure per launched configuration).
 SEARCH_ROLES = frozenset({Role.BASELINE, Role.RECOMMENDED, Role.SEARCH})
@@ -242,7 +249,9 @@ def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[
     """One line of the studies page.
 
     Keys: the `study_header` keys, `environments` (where it was measured),
-    `trials` (distinct trials measured), `failed` (failed runs), `runs`,
+    `trials` (distinct trials measured), `failed` (runs that failed), `stopped`
+    (runs a rule stopped on purpose: pruned as clearly slower, or over the
+    memory budget; `STOPPED_KINDS`), `runs`,
     `best_confirmed` ({trial, speedup, interval, verdict} of the best
     confirmed configuration, None when nothing was confirmed),
     `recommended`, `last_activity` (ISO 8601) and `running` (a claim with a
@@ -256,7 +265,9 @@ def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[
                  for run, c in order if c is not None and c.estimate is not None), None)
     return {**study_header(record), "environments": environments(runs),
             "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
-            "failed": sum(not r.outcome.ok for r in runs), "runs": len(runs),
+            "failed": sum(not r.outcome.ok and r.outcome.kind not in STOPPED_KINDS
+                          for r in runs),
+            "stopped": sum(r.outcome.kind in STOPPED_KINDS for r in runs), "runs": len(runs),
             "best_confirmed": best,
             "recommended": recommend(runs, record.objectives, record.memory_budget_bytes,
                                      order=order).recommended,
@@ -312,6 +323,38 @@ def _run_view(run: RunRecord) -> dict[str, Any]:
         "where": environment_text(run.environment), "stdout_tail": o.stdout_tail,
         "stderr_tail": o.stderr_tail, **measured, "median_step_s": m.median_s if m else None,
     }
+
+
+def runs_page(runs: Sequence[RunRecord], *, role: str | None = None,
+              outcome: str | None = None, flag: str | None = None, page: int = 1,
+              per_page: int = RUNS_PER_PAGE) -> dict[str, Any]:
+    """One page of a study's runs, every run reachable: the rows of `trials --format json`
+    (`table.trial_rows`) that match the filters, in the order they ran.
+
+    Filters (None: any): `role` and `outcome` by value; `flag` a text that a
+    `name=value` of the run's flags must contain. `page` counts from 1 and is
+    clamped to the pages there are. Keys: `rows`, `total` (every run), `matched`,
+    `page`, `pages` (at least 1), `per_page`, `filters` ({role, outcome, flag}),
+    `roles` and `outcomes` ({value: runs} over every run, for the filter's choices).
+    """
+    def keep(run: RunRecord) -> bool:
+        texts = [f"{k}={v}".lower() for k, v in run.flags.items()]
+        return ((role is None or run.role.value == role)
+                and (outcome is None or run.outcome.kind.value == outcome)
+                and (not flag or any(flag.lower() in t for t in texts)))
+
+    matched = [r for r in runs if keep(r)]
+    pages = max(1, -(-len(matched) // per_page))
+    page = min(max(page, 1), pages)
+    roles: dict[str, int] = defaultdict(int)
+    outcomes: dict[str, int] = defaultdict(int)
+    for run in runs:
+        roles[run.role.value] += 1
+        outcomes[run.outcome.kind.value] += 1
+    return {"rows": trial_rows(matched[(page - 1) * per_page:page * per_page]),
+            "total": len(runs), "matched": len(matched), "page": page, "pages": pages,
+            "per_page": per_page, "filters": {"role": role, "outcome": outcome, "flag": flag},
+            "roles": dict(sorted(roles.items())), "outcomes": dict(sorted(outcomes.items()))}
 
 
 def trial_runs(runs: Sequence[RunRecord], number: int) -> list[RunRecord]:

@@ -56,7 +56,7 @@
                    marker: {size: 12, color: "rgba(0,0,0,0)", line: {color: "#d04a4a", width: 2}},
                    line: {color: "#d04a4a", dash: "dot"}});
     }
-    plot("chart-scatter", traces, {xaxis: {title: {text: "median step (ms)"}},
+    plot("chart-scatter", traces, {xaxis: {title: {text: "own-process median step (ms)"}},
                                    yaxis: {title: {text: "peak memory (" + unit.name + ")"}}});
   }
 
