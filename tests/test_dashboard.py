@@ -162,8 +162,13 @@ def test_comparisons_show_the_diff_and_the_program(client: TestClient):
     html = client.get("/study/s/compare/1/2").text
     assert "They compiled to different programs." in html
     assert f"<td><code>{FAST}</code></td><td><code>true</code></td>" in html
+    # trial 2 leaves fast math at XLA's default: the value is named
+    assert "<td><code>false (XLA&#39;s default)</code></td>" in html
+    assert '<td class="claimed">×1.250 [' in html and "] faster</td>" in html
+    assert '<td class="claimed">not confirmed</td>' in html
     studies = client.get("/compare?a=s&b=t").text
     assert "where it was tuned): <b>holds</b> on B: ×1.250" in studies
+    assert f'<code id="winner_a_on_b-flags">--{FAST}=true</code>' in studies
 
 
 def test_outside_text_is_escaped_everywhere(client: TestClient):

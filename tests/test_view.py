@@ -159,11 +159,28 @@ def test_comparing_two_trials_shows_the_flag_diff_and_whether_they_are_one_progr
     s.add(Role.SEARCH, {LEVEL: 2}, 0.7)
     got = compare_trials(s.runs, 0, 1, CATALOG)
     assert got is not None and got["same_program"] is True
-    assert got["diff"] == [{"flag": LEVEL, "a": None, "b": 2},
-                           {"flag": WIDTH, "a": 128, "b": None}]
+    assert got["diff"] == [{"flag": LEVEL, "a": None, "b": 2, "default": 3},
+                           {"flag": WIDTH, "a": 128, "b": None, "default": 256}]
     assert got["same"] == {FAST: True}
     other = compare_trials(s.runs, 0, 2, CATALOG)
     assert other is not None and other["same_program"] is False
+
+
+def test_comparing_two_trials_shows_each_ones_confirmed_figure_and_program_difference():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=replace(measurement(0.8),
+                                                    hlo_stats={"fusion": 5, "exp": 2}))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=replace(measurement(0.9),
+                                                    hlo_stats={"fusion": 7, "exp": 2, "dot": 1}))
+    s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=0, m=measurement(0.8))
+    got = compare_trials(s.runs, 0, 1, CATALOG)
+    assert got is not None
+    assert got["claimed_a"]["verdict"] == "×1.250 [1.250, 1.250] faster"
+    assert got["claimed_a"]["interval"] == [1.25, 1.25]
+    assert got["claimed_b"] == {"trial": 1, "speedup": pytest.approx(1 / 0.9),
+                                "interval": None, "verdict": "not confirmed"}
+    assert got["program_diff"] == [{"op": "dot", "a": 0, "b": 1},
+                                   {"op": "fusion", "a": 5, "b": 7}]
     assert compare_trials(s.runs, 0, 42, CATALOG) is None
 
 
@@ -330,8 +347,13 @@ def test_two_trials_compared_hold_exactly_these_keys():
                                                                 fingerprint=None))
     s.add(Role.SEARCH, {FAST: True}, 0.5)
     assert compare_trials(s.runs, 0, 1, CATALOG) == {
-        "a": 0, "b": 1, "diff": [{"flag": WIDTH, "a": 128, "b": None}],
-        "same": {FAST: True}, "same_program": None, "speedup_a": 1.25, "speedup_b": 2.0}
+        "a": 0, "b": 1, "diff": [{"flag": WIDTH, "a": 128, "b": None, "default": 256}],
+        "same": {FAST: True}, "same_program": None, "speedup_a": 1.25, "speedup_b": 2.0,
+        "claimed_a": {"trial": 0, "speedup": 1.25, "interval": None,
+                      "verdict": "not confirmed"},
+        "claimed_b": {"trial": 1, "speedup": 2.0, "interval": None,
+                      "verdict": "not confirmed"},
+        "program_diff": []}
     assert compare_trials(s.runs, 42, 1, CATALOG) is None
 
 

@@ -391,12 +391,17 @@ def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
 
 def compare_trials(runs: list[RunRecord], a: int, b: int,
                    catalog: Any) -> dict[str, Any] | None:
-    """Two trials side by side: their flag diff and whether they are one program.
+    """Two trials side by side: their flags, their figures and their compiled programs.
 
-    Keys: `a`, `b` (trial numbers), `diff` ({flag, a, b} for every flag whose
-    effective value differs; None where a trial leaves XLA's default), `same`
-    (flags set alike in both), `same_program` (True/False by fingerprint, None
-    when either is unknown), `speedup_a`, `speedup_b` (the search's figures).
+    Keys: `a`, `b` (trial numbers), `diff` ({flag, a, b, default} for every flag
+    whose effective value differs; `a`/`b` None where a trial leaves XLA's
+    default, `default` that value, None where the catalog does not state it),
+    `same` (flags set alike in both), `same_program` (True/False by fingerprint,
+    None when either is unknown), `speedup_a`, `speedup_b` (the search's figures),
+    `claimed_a`, `claimed_b` (each trial's confirmed figure with its interval and
+    verdict where it was confirmed, else the search's: {trial, speedup, interval,
+    verdict}) and `program_diff` ({op, a, b} for each operation count of the
+    compiled programs, `hlo_stats`, that differs; empty when either is unknown).
     None when either trial does not exist.
     """
     ra, rb = trial_runs(runs, a), trial_runs(runs, b)
@@ -404,16 +409,32 @@ def compare_trials(runs: list[RunRecord], a: int, b: int,
         return None
     fa, fb = changed_flags(ra[0].flags, catalog), changed_flags(rb[0].flags, catalog)
     names = sorted(set(fa) | set(fb))
-    prints = [r[0].outcome.measurement.fingerprint if r[0].outcome.measurement else None
-              for r in (ra, rb)]
+    ma, mb = ra[0].outcome.measurement, rb[0].outcome.measurement
+    prints = [m.fingerprint if m else None for m in (ma, mb)]
     return {
         "a": a, "b": b,
-        "diff": [{"flag": n, "a": fa.get(n), "b": fb.get(n)} for n in names
-                 if fa.get(n) != fb.get(n)],
+        "diff": [{"flag": n, "a": fa.get(n), "b": fb.get(n), "default": _default(n, catalog)}
+                 for n in names if fa.get(n) != fb.get(n)],
         "same": {n: fa[n] for n in names if n in fa and n in fb and fa[n] == fb[n]},
         "same_program": None if None in prints else prints[0] == prints[1],
         "speedup_a": ra[0].speedup, "speedup_b": rb[0].speedup,
+        "claimed_a": _claimed(runs, ra[0]), "claimed_b": _claimed(runs, rb[0]),
+        "program_diff": _program_diff(ma, mb),
     }
+
+
+def _default(name: str, catalog: Any) -> Any:
+    """XLA's default of a flag as the catalog states it (None where it does not)."""
+    return catalog.get(name).default if name in catalog else None
+
+
+def _program_diff(ma: Measurement | None, mb: Measurement | None) -> list[dict[str, Any]]:
+    """The operation counts (`hlo_stats`) that differ between two compiled programs."""
+    if ma is None or mb is None or not ma.hlo_stats or not mb.hlo_stats:
+        return []
+    ops = sorted(set(ma.hlo_stats) | set(mb.hlo_stats))
+    return [{"op": op, "a": ma.hlo_stats.get(op, 0), "b": mb.hlo_stats.get(op, 0)}
+            for op in ops if ma.hlo_stats.get(op, 0) != mb.hlo_stats.get(op, 0)]
 
 
 def _claimed(runs: list[RunRecord], run: RunRecord) -> dict[str, Any]:
