@@ -465,8 +465,7 @@ def test_every_view_tells_one_story(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'one.db'}"
     with Store.open(url) as store:
         fill(store, "one", first=0.7)
-    rows = json.loads(invoke("best", "one", "--storage", url, "--format", "json",
-                             cwd=tmp_path).output)
+    rows = _views_agree(url, "one", tmp_path)
     assert [r["rank"] for r in rows] == [None, 1, 2]
     lead = rows[1]
     assert lead["search_speedup"] == pytest.approx(1 / 0.7)  # its own first process
@@ -475,23 +474,81 @@ def test_every_view_tells_one_story(tmp_path: Path):
     assert searched == "×1.250 n=4"
     low, high = lead["confirmed_interval"]
     confirmed = f"×{lead['confirmed_speedup']:.3f} [{low:.3f}, {high:.3f}]"
-    table = invoke("best", "one", "--storage", url, cwd=tmp_path).output
-    assert "×1.250" in table and "n=4" in table and confirmed in " ".join(table.split())
-    assert "×1.429" not in table
-    assert invoke("report", "one", "--storage", url, "-o", "r.html", cwd=tmp_path).exit_code == 0
-    assert invoke("report", "one", "--storage", url, "--format", "md", "-o", "r.md",
-                  cwd=tmp_path).exit_code == 0
-    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
-        page = c.get("/study/one").text
-    for html in (page, (tmp_path / "r.html").read_text()):
-        cells = re.findall(r'<td class="num search"[^>]*>(.*?)</td>', html, re.S)
-        texts = [re.sub(r"<[^>]+>", " ", c).split() for c in cells]
-        assert [t[0] for t in texts] == ["×1.000", "×1.250", f"×{rows[2]['search_speedup']:.3f}"]
-        assert texts[1][1] == "n=4"
-        assert confirmed in " ".join(html.split())
-        assert "apply trial 1: ×1.250" in " ".join(html.split())
+    assert "×1.429" not in invoke("best", "one", "--storage", url, cwd=tmp_path).output
     markdown = (tmp_path / "r.md").read_text()
     step = ms_text(lead["median_step_s"])
     assert f"| 1 | 1 | {step} | {searched} | {confirmed} faster (recommended) |" in markdown
     assert f"| 2 | 2 | {ms_text(rows[2]['median_step_s'])} | ×1.053 | not confirmed |" in markdown
     assert "apply trial 1: ×1.250" in markdown
+
+def _views_agree(url: str, name: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """Every view of study `name` against `best --format json`: the dashboard's JSON is it
+    row for row; the CLI table, the dashboard's page, the HTML and the Markdown report show
+    each row's rank, search figure (`search_text`), confirmed interval and verdict, and
+    one recommendation. Returns the JSON rows."""
+    from autotune.dashboard.render import interval_text, search_text, speedup_text
+
+    rows = json.loads(invoke("best", name, "--storage", url, "--format", "json",
+                             cwd=tmp_path).output)
+    table = " ".join(invoke("best", name, "--storage", url, cwd=tmp_path).output.split())
+    assert invoke("report", name, "--storage", url, "-o", "r.html", cwd=tmp_path).exit_code == 0
+    assert invoke("report", name, "--storage", url, "--format", "md", "-o", "r.md",
+                  cwd=tmp_path).exit_code == 0
+    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
+        api, page = c.get(f"/api/study/{name}").json(), c.get(f"/study/{name}").text
+    assert api["best"] == rows
+    rec = api["recommendation"]
+    headline = (f"apply trial {rec['trial']}: {speedup_text(rec['speedup'])} "
+                f"{interval_text(rec['interval'])}" if rec["recommended"]
+                else "defaults: nothing measurably faster")
+    assert [r["recommended"] for r in rows].count(True) == int(rec["recommended"])
+    confirmed = {r["trial"]: f"{speedup_text(r['confirmed_speedup'])} "
+                 f"{interval_text(r['confirmed_interval'])} {r['verdict']}"
+                 for r in rows if r["rank"] is not None and r["verdict"] is not None}
+    for r in rows:
+        for part in search_text(r).split():
+            assert part in table, (r["trial"], part)
+    for html in (page, (tmp_path / "r.html").read_text()):
+        cells = re.findall(r'<td class="num search"[^>]*>(.*?)</td>', html, re.S)
+        shown = [" ".join(re.sub(r"<[^>]+>", " ", c).split()) for c in cells]
+        figures = [s.removesuffix(" (A/A)").split(" [")[0].strip() for s in shown]
+        assert figures == [search_text(r) for r in rows]
+        ranks = re.findall(r'<td class="num rank"[^>]*>(\w+)</td>', html)
+        assert ranks == [str(r["rank"]) if r["rank"] is not None else "baseline" for r in rows]
+        flat = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+        assert all(text in flat for text in confirmed.values())
+        assert headline in flat
+    markdown = (tmp_path / "r.md").read_text()
+    assert headline in markdown
+    for r in rows:
+        rank = r["rank"] if r["rank"] is not None else "baseline"
+        assert f"| {rank} | {r['trial']} | " in markdown
+        assert f" | {search_text(r)} | {confirmed.get(r['trial'], '')}" in markdown
+    return rows
+
+
+def test_every_view_of_a_recorded_table_study_tells_one_story(tmp_path: Path):
+    """A study searched and confirmed on the recorded norm-act table (a real StudyRunner:
+    racing, pooled programs, sequential confirmation; `TableLauncher` answers the trials
+    from measured processes) reads the same in all five views."""
+    import optuna
+
+    from autotune.flags.catalog import load_catalog
+    from autotune.launch.replay import ReplayTable, TableLauncher
+    from autotune.spaces import load_space
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
+
+    root = Path(__file__).resolve().parents[1]
+    table = ReplayTable.load(root / "benchmarks/tables/norm-act-small.json")
+    plan = StudyPlan.of(name="recorded", space=load_space(str(root / table.meta["space"])),
+                        workload=table.workload(root), trials=30, sampler="auto", seed=2)
+    url = f"sqlite:///{tmp_path / 'recorded.db'}"
+    with Store.open(url) as store:
+        runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=2),
+                             optuna.storages.InMemoryStorage())
+        runner.run()
+        runner.confirm(3, 2, cap=16)
+    rows = _views_agree(url, "recorded", tmp_path)
+    assert len(rows) > 3 and any(r["verdict"] is not None for r in rows)
+    assert any(r["observations"] and r["observations"] > 1 for r in rows)  # pooled programs
