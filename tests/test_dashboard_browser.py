@@ -183,6 +183,27 @@ def test_the_best_table_equals_best_format_json(browser: Any, server: str, db: s
         assert p.errors == []
 
 
+def test_a_chart_point_names_its_trial_and_opens_its_page(browser: Any, server: str,
+                                                        db: str, folder: Path):
+    """Hovering a point of either chart names its trial; clicking it opens that trial."""
+    with Page(browser) as p:
+        p.page.goto(server + f"/study/{NAME}", wait_until="networkidle")
+        trials = p.page.evaluate(
+            "document.getElementById('chart-scatter').data[0].customdata")
+        assert trials and all(isinstance(t, int) for t in trials)
+        ranked = [row["trial"] for row in best_json(db, folder)]
+        assert set(trials) <= set(ranked)  # one point per program, its best row's trial
+        # a click as Plotly reports one: its handler opens the point's trial
+        p.page.evaluate("""() => {
+            const el = document.getElementById('chart-progress');
+            el.emit('plotly_click', {points: [{customdata: el.data[0].customdata[1]}]});
+        }""")
+        p.page.wait_for_url(re.compile(r"/trial/\d+$"))
+        number = int(p.page.url.rsplit("/", 1)[1])
+        assert p.page.locator("h1").inner_text().startswith(f"Trial {number}")
+        assert p.errors == []
+
+
 def test_a_download_equals_autotune_export(browser: Any, server: str, db: str, folder: Path):
     with Page(browser) as p:
         p.page.goto(server + f"/study/{NAME}", wait_until="networkidle")

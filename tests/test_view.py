@@ -6,6 +6,7 @@ key says, so the dashboard and the report (which only lay them out) say it too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -425,3 +426,18 @@ def test_the_best_key_shows_ten_configurations_unless_told_and_respects_the_budg
     page = study_page(record(memory_budget_bytes=50), s.runs, CATALOG)
     assert [row["trial"] for row in page["best"]][:3] == [0, 2, 3]  # 1 is over the budget
     assert page["notes"][-1]["kind"] == "memory_budget"
+
+
+def test_the_scatter_has_one_point_per_program_with_its_pooled_speedup():
+    """Two configurations compiled to one program timed twice: one point, at the pooled
+    speedup with n=2, named by the trial that first timed it (issue 33: the chart said
+    one point per configuration and showed the first process's luck)."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.5, m=replace(measurement(0.5), fingerprint="shared"))
+    s.add(Role.SEARCH, {LEVEL: 2}, 1.0, m=replace(measurement(1.0), fingerprint="shared"))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=measurement(0.9))
+    points = scatter(record(), s.runs)["points"]
+    assert [(p["trial"], p["n"]) for p in points] == [(0, 1), (1, 2), (3, 1)]  # best first
+    assert points[1]["speedup"] == pytest.approx(1 / math.sqrt(0.5))  # median of the logs
+    assert points[2]["speedup"] == pytest.approx(1 / 0.9)

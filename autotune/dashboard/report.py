@@ -183,7 +183,7 @@ def _figures(page: dict[str, Any]) -> list[tuple[str, Any]]:
                    [p["speedup"] for p in points if p["speedup"]], s=10, c="#9ab",
                    label="each configuration")
         ax.step([p["n"] for p in points], [p["best"] for p in points], where="post",
-                label="best so far")
+                label="best single process so far")
         ax.set(xlabel="configurations measured", ylabel="search speedup vs defaults")
         ax.legend()
         figures.append(("progress", fig))

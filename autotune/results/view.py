@@ -39,6 +39,7 @@ from autotune.results.ranking import (
     ordered,
     pareto_front,
     peak_memory,
+    programs,
     ranked,
     recommend,
     verdict_text,
@@ -174,20 +175,23 @@ def best_so_far(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
 
 
 def scatter(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
-    """Step time against peak memory of every ranked configuration and the baseline.
+    """Step time against peak memory: one point per compiled program and the baseline.
 
-    `points`: {trial, median_step_s, peak_memory_bytes, speedup, pareto};
-    `pareto` marks the time/memory front (two-objective studies only; the
-    front is computed by `ranking.pareto_front`).
+    `points`: {trial (the run that first timed the program), median_step_s (that
+    run's own-process median), peak_memory_bytes, speedup (the program's pooled
+    figure over its `n` processes, `results.evidence`; the baseline's own A/A
+    figure), n, pareto}; `pareto` marks the time/memory front (two-objective
+    studies only; the front is computed by `ranking.pareto_front`).
     """
     budget = record.memory_budget_bytes
     base = [r for r in runs if r.role is Role.BASELINE and r.outcome.ok][:1]
     front = {r.id for r in pareto_front(runs, budget)} if record.multi_objective else set()
+    pooled = [(p.first, 1 / p.ratio, p.n) for p in programs(runs, budget)]
     points = []
-    for run in base + ranked(runs, budget):
+    for run, speedup, n in [(r, r.speedup, 1) for r in base] + pooled:
         m = run.outcome.measurement
         points.append({"trial": run.trial_number, "median_step_s": m.median_s if m else None,
-                       "peak_memory_bytes": peak_memory(run), "speedup": run.speedup,
+                       "peak_memory_bytes": peak_memory(run), "speedup": speedup, "n": n,
                        "pareto": run.id in front})
     return {"points": points, "two_objectives": record.multi_objective}
 

@@ -17,15 +17,32 @@
                     showSendToCloud: false, showEditInChartStudio: false});
   }
 
+  // A click on a point opens its trial's page (the chart's data-base is the study's URL;
+  // the offline report has none, and its points stay where they are).
+  function clickThrough(id) {
+    var el = document.getElementById(id);
+    if (!el || !el.dataset.base || typeof el.on !== "function") return;
+    el.on("plotly_click", function (event) {
+      var trial = event && event.points && event.points.length ? event.points[0].customdata : null;
+      if (trial !== null && trial !== undefined) {
+        window.location.href = el.dataset.base + "/trial/" + encodeURIComponent(trial);
+      }
+    });
+  }
+
   function progressChart(points) {
     if (!points || !points.length) return;
     plot("chart-progress", [
       {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.speedup; }),
+       customdata: points.map(function (p) { return p.trial; }),
+       hovertemplate: "trial %{customdata}: ×%{y:.3f} (one process)<extra></extra>",
        mode: "markers", name: "each configuration", marker: {color: "#9ab"}},
       {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.best; }),
-       mode: "lines", line: {shape: "hv", color: "#1f5fbf"}, name: "best so far"}
+       hoverinfo: "skip",
+       mode: "lines", line: {shape: "hv", color: "#1f5fbf"}, name: "best single process so far"}
     ], {xaxis: {title: {text: "configurations measured"}},
         yaxis: {title: {text: "search speedup vs defaults"}}});
+    clickThrough("chart-progress");
   }
 
   // The unit the tables use for sizes (KiB, MiB, GiB: powers of 1024), fitted to `most`.
@@ -45,8 +62,13 @@
     var traces = [{
       x: pts.map(function (p) { return p.median_step_s * 1e3; }),
       y: pts.map(function (p) { return p.peak_memory_bytes / unit.size; }),
-      text: pts.map(function (p) { return "trial " + p.trial; }),
-      mode: "markers", name: "configurations", marker: {color: "#4a7bd0"}
+      customdata: pts.map(function (p) { return p.trial; }),
+      text: pts.map(function (p) {
+        return "×" + (p.speedup === null ? "-" : p.speedup.toFixed(3)) + (p.n > 1 ? " n=" + p.n : "");
+      }),
+      hovertemplate: "trial %{customdata}: %{text}<br>%{x:.2f} ms, %{y:.1f} " + unit.name +
+        "<extra></extra>",
+      mode: "markers", name: "programs", marker: {color: "#4a7bd0"}
     }];
     var front = pts.filter(function (p) { return p.pareto; });
     if (scatter.two_objectives && front.length) {
@@ -58,6 +80,7 @@
     }
     plot("chart-scatter", traces, {xaxis: {title: {text: "own-process median step (ms)"}},
                                    yaxis: {title: {text: "peak memory (" + unit.name + ")"}}});
+    clickThrough("chart-scatter");
   }
 
   function stepCharts(runs) {
