@@ -45,10 +45,23 @@ def test_the_summary_counts_slower_and_right_answers_over_seeds():
     assert figures["right"] == pytest.approx(0.6)  # within 2% of 0.9: 0.918 and below
     assert figures["device_seconds"] == pytest.approx(1.0)
     assert figures["kept"] == pytest.approx(0.1)  # the one that recommended the defaults
+    assert figures["sound"] == figures["right"]  # a 10% gain is worth having: right counts
     flat = outcome.summary([1.0, 0.999], [1.0, 2.0], defaults=1.0, optimum=0.999,
                            kept=[True, False])
     assert flat["captured_gain"] is None and flat["right"] == 1.0 and flat["slower"] == 0
-    assert flat["kept"] == 0.5
+    assert flat["kept"] == 0.5 and flat["sound"] == 0.5
+
+
+def test_an_answer_is_sound_where_it_keeps_the_defaults_of_a_gain_not_worth_having():
+    """Below `WORTH` (3%) the bar is the defaults kept, though a recommendation within 2% of
+    the optimum is right; from 3% on it is the right recommendation."""
+    outcome = script("outcome")
+    small = outcome.summary([0.975, 0.98, 1.0, 0.99], [1.0] * 4, defaults=1.0, optimum=0.975,
+                            kept=[False, False, True, False])
+    assert small["right"] == 0.75 and small["sound"] == 0.25
+    worth = outcome.summary([0.97, 1.0], [1.0] * 2, defaults=1.0, optimum=0.97,
+                            kept=[False, True])
+    assert worth["right"] == 0.5 and worth["sound"] == 0.5 and worth["kept"] == 0.5
 
 
 def _table(tmp_path: Path, best: list[float], noise: float = 0.0) -> ReplayTable:
@@ -126,8 +139,9 @@ def test_a_constant_is_picked_on_the_other_tables_only():
     scores = {a: {"one": (1.0, 0.9, -5.0), "two": (0.0, 0.0, -5.0), "three": (0.4, 0.0, -5.0)},
               b: {"one": (0.0, 0.0, -5.0), "two": (0.5, 0.5, -5.0), "three": (0.5, 0.1, -5.0)}}
     assert loo.pick(scores, "one") == b
-    assert loo.pick(scores, "two") == a  # 1.4 right on one and three, against b's 0.5
-    figures = {"right": 0.5, "captured_gain": None, "device_seconds": 3.0}
+    assert loo.pick(scores, "two") == a  # 1.4 sound on one and three, against b's 0.5
+    # the bar, not the share right: a table without a gain worth having wants the defaults
+    figures = {"right": 0.9, "sound": 0.5, "captured_gain": None, "device_seconds": 3.0}
     assert loo.score(figures) == (0.5, 0.0, -3.0)
 
 

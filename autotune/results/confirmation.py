@@ -26,6 +26,21 @@ from autotune.ground.records import (
 )
 from autotune.rules.stats import RatioEstimate, paired_ratio, unpaired_ratio
 
+#: The least gain autotune recommends: a configuration is recommended only when its whole
+#: confirmed interval of the time ratio lies below 1 - MIN_GAIN. A gain smaller than this,
+#: even one the interval shows, is not worth a change to the user's job (it is within what
+#: a different host, driver or batch moves), so the defaults are kept. Chosen leave one
+#: workload out (README, Search); read when used, so the benchmarks can set it.
+MIN_GAIN = 0.0
+
+
+def worth_applying(estimate: RatioEstimate | None) -> bool:
+    """The time ratio's whole interval lies below 1.0 and below 1 - `MIN_GAIN`: the rule
+    for every configuration autotune recommends (a confirmed one, and the smaller set that
+    shrinking checks on its own)."""
+    return (estimate is not None and not estimate.includes_one and estimate.ratio < 1
+            and estimate.high < 1 - MIN_GAIN)
+
 
 @dataclass(frozen=True)
 class Confirmation:
@@ -58,13 +73,19 @@ class Confirmation:
         return e is not None and not e.includes_one and e.ratio < 1
 
     @property
+    def worth_gain(self) -> bool:
+        """The whole interval lies below 1 - `MIN_GAIN`: a gain worth applying."""
+        return worth_applying(self.estimate)
+
+    @property
     def recommendable(self) -> bool:
-        """Confirmed faster (the whole interval) and every run passed the numerics guard:
-        the only configurations autotune recommends over XLA's defaults."""
-        return self.measurable_gain and not self.same_program and self.numerics_failures == 0
+        """Confirmed faster by at least `MIN_GAIN` (the whole interval) and every run passed
+        the numerics guard: the only configurations autotune recommends over XLA's defaults."""
+        return self.worth_gain and not self.same_program and self.numerics_failures == 0
 
     def verdict(self) -> str:
-        """'faster', 'slower' or 'no measurable gain' (or 'failed')."""
+        """'faster', 'slower', 'no measurable gain' (or 'failed'), or, for an interval below
+        1.0 that does not lie below 1 - `MIN_GAIN`, 'less than N% faster'."""
         e = self.estimate
         if self.same_program:
             return "no measurable gain"
@@ -72,7 +93,9 @@ class Confirmation:
             return "failed"
         if e.includes_one:
             return "no measurable gain"
-        return "faster" if e.ratio < 1 else "slower"
+        if e.ratio >= 1:
+            return "slower"
+        return "faster" if self.worth_gain else f"less than {MIN_GAIN:.1%} faster"
 
 
 #: Outcomes that mean the configuration computed something else than XLA's defaults.
@@ -155,8 +178,9 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     """Which of `targets` (search runs) to measure once more in sequential confirmation, or
     None when confirmation is done.
 
-    A target is open while its interval includes 1.0, its optimistic end promises more
-    than `NOT_WORTH`, no run broke the numerics guard and it has fewer than `cap`
+    A target is open while its interval does not lie wholly below 1 - `MIN_GAIN` (it is
+    not yet confirmed worth applying), its optimistic end promises more than
+    `NOT_WORTH` and `MIN_GAIN`, no run broke the numerics guard and it has fewer than `cap`
     confirmation processes. The open target with the best point estimate is measured
     next, as long as that estimate beats every target already confirmed faster
     (`recommendable`): a confirmed leader ends confirmation; a weaker one does not stop
@@ -164,6 +188,7 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     interval: it is not recommended (`recommend` needs the interval below 1.0).
     """
     confs = Confirmations.of(runs)
+    floor = 1 - max(NOT_WORTH, MIN_GAIN)
     confirmed = math.inf
     open_: list[tuple[float, int, RunRecord]] = []
     for i, target in enumerate(targets):
@@ -172,7 +197,7 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
             continue
         if conf.recommendable:
             confirmed = min(confirmed, conf.estimate.ratio)
-        elif (conf.estimate.includes_one and conf.estimate.low < 1 - NOT_WORTH
+        elif (conf.estimate.high >= 1 - MIN_GAIN and conf.estimate.low < floor
               and conf.numerics_failures == 0 and conf.runs < cap):
             open_.append((conf.estimate.ratio, i, target))
     best = min(open_, default=None, key=lambda item: item[:2])

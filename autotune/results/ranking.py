@@ -24,6 +24,7 @@ from autotune.ground.records import (
     Role,
     RunRecord,
 )
+from autotune.results import confirmation as _confirmation
 from autotune.results.confirmation import Confirmation, Confirmations
 from autotune.results.evidence import ProgramEvidence, pooled
 
@@ -264,7 +265,9 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
         return ("every confirmed configuration compiled to XLA's default program: keep "
                 "XLA's defaults")
     run, c = others[0]
-    return (f"no configuration was confirmed faster than XLA's defaults (the best confirmed, "
+    floor = _confirmation.MIN_GAIN
+    faster = f"at least {floor:.1%} faster" if floor > 0 else "faster"
+    return (f"no configuration was confirmed {faster} than XLA's defaults (the best confirmed, "
             f"trial {run.trial_number}: {verdict_text(c)} over {c.runs - c.failures} fresh "
             "processes): keep XLA's defaults")
 

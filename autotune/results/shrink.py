@@ -33,6 +33,7 @@ from enum import StrEnum
 
 from autotune.flags.compose import compiler_options, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord
+from autotune.results.confirmation import worth_applying
 from autotune.rules.stats import RatioEstimate, paired_ratio
 
 #: The roles of the runs this module replays.
@@ -192,8 +193,7 @@ def _check(state: Shrink, removals: list[Removal], current: dict[str, FlagValue]
         return _with(state, removals=removals,
                      next=Step(dict(current), Role.MINIMAL, None, repeats - len(checks)))
     estimate = paired_estimate(checks)
-    holds = estimate is not None and not estimate.includes_one and estimate.ratio < 1
-    if holds:
+    if worth_applying(estimate):
         return _with(state, removals=removals, minimal=current, check=estimate)
     kept = [Removal(r.flag, r.value, r.effect, r.effect is not Effect.NOT_SLOWER, r.estimate)
             for r in removals]

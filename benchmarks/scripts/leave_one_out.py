@@ -17,8 +17,10 @@ code has them) on the same seeds, and the oracle's limit (`outcome.py`).
 Each study is the user's (`replay_study.py`): planned with `--trials B` (the
 `--budget`, default 40), stopped after B timed processes, confirmed as
 `autotune study` does. A combination's score on a table is, in order: the share
-of seeds whose recommendation is right, the median captured gain (0 where the
-table offers none), fewer device-seconds; summed over the tables it is scored on.
+of seeds whose answer is sound (`outcome.py`: right where the table offers a
+gain worth having, the defaults kept elsewhere: the issue's bar), the median
+captured gain (0 where the table offers none), fewer device-seconds; summed
+over the tables it is scored on.
 
 A constant is named `module:ATTRIBUTE`; it is set in the worker process for the
 study (`replay_study.patched`), so it must be read when used, not bound early.
@@ -72,9 +74,9 @@ def _value(text: str) -> Any:
 
 
 def score(figures: dict[str, Any]) -> tuple[float, float, float]:
-    """Higher is better: share right, median captured gain (0 if none), -device-seconds."""
+    """Higher is better: share sound, median captured gain (0 if none), -device-seconds."""
     gain = (figures["captured_gain"] or {}).get("median", 0.0)
-    return figures["right"], gain, -figures["device_seconds"]
+    return figures["sound"], gain, -figures["device_seconds"]
 
 
 def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]], left_out: str
@@ -120,6 +122,7 @@ def _line(name: str, figures: dict[str, Any]) -> str:
     text = "-" if gain is None else f"{gain['median']:.2f}/{gain['p10']:.2f}"
     return (f"  {name:9} right {figures['right']:4.0%}  gain (median/p10) {text:>11}  slower "
             f"{figures['slower']:4.0%}  kept {figures['kept']:4.0%}  "
+            f"sound {figures['sound']:4.0%}  "
             f"{figures['device_seconds']:7.1f} s")
 
 

@@ -14,16 +14,20 @@ of a configuration's program), never by what the study itself measured:
   `RIGHT_WITHIN` (2%) of the optimum.
 - **kept**: the recommendation is XLA's defaults (what a table without a gain
   worth confirming should give on nearly every seed).
+- **sound**: the answer a user should get: on a table whose optimum is at least
+  `WORTH` (3%, the least gain worth having on these machines) faster than the
+  defaults, a right recommendation; on any other table, the defaults kept.
 
 The **oracle** knows which program is truly the best (more than any method
 can know: compiles free, and every configuration's program and true ratio
 known) and spends the method's budget, B search processes plus the most the
 confirmation may spend on one configuration (`replay_study.CONFIRM_BUDGET`),
-measuring that program against the defaults. It
-recommends it where the same rule as `recommend` allows (the pooled interval
-of the paired ratio, `autotune.rules.stats.paired_ratio`, lies wholly below
-1.0), else keeps the defaults. No method that must confirm with that rule
-does better on a table; a method's figures are reported as fractions of it.
+measuring that program against the defaults. It recommends it where the
+same rule as `recommend` allows (the pooled interval of the paired ratio,
+`autotune.rules.stats.paired_ratio`, lies wholly below 1 - `MIN_GAIN`,
+`autotune.results.confirmation`), else keeps the defaults. No method that
+must confirm with that rule does better on a table; a method's figures are
+reported as fractions of it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from typing import Any
 GAIN_FLOOR = 0.01
 #: a recommendation within 2% of the optimum is right
 RIGHT_WITHIN = 0.02
+#: a table whose optimum is at least 3% faster than its defaults offers a gain worth having
+WORTH = 0.03
 
 
 def truths(table) -> tuple[float, float]:
@@ -58,18 +64,21 @@ def captured_gain(defaults: float, optimum: float, found: float | None) -> float
 def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: float,
             optimum: float, kept: Sequence[bool]) -> dict[str, Any]:
     """The user's figures over seeds: `captured_gain` {median, p10} (None where the table
-    offers no gain), `slower`, `right` and `kept` (shares of seeds) and `device_seconds`
+    offers no gain), `slower`, `right`, `kept` and `sound` (shares of seeds) and `device_seconds`
     (median), for answers whose true ratios are `found` (None: no truth, counted as the
     defaults) and which recommended XLA's defaults where `kept`."""
     ratios = [defaults if f is None else f for f in found]
+    right = [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
+    sound = right if defaults - optimum >= WORTH * defaults else list(kept)
     gains = [captured_gain(defaults, optimum, r) for r in ratios]
     known = [g for g in gains if g is not None]
     return {
         "captured_gain": {"median": round(statistics.median(known), 3),
                           "p10": round(_quantile(known, 0.10), 3)} if known else None,
         "slower": sum(r > defaults for r in ratios) / len(ratios),
-        "right": sum(r <= optimum * (1 + RIGHT_WITHIN) for r in ratios) / len(ratios),
+        "right": sum(right) / len(ratios),
         "kept": sum(kept) / len(kept),
+        "sound": sum(sound) / len(sound),
         "device_seconds": round(statistics.median(seconds), 2),
     }
 
@@ -101,6 +110,7 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]
     spending `processes` timed
     processes on the best program: recorded repeats of it drawn without replacement in
     shuffled rounds (`TableLauncher`'s rule), judged by `paired_ratio`."""
+    from autotune.results import confirmation
     from autotune.rules.stats import paired_ratio
 
     defaults, optimum = truths(table)
@@ -118,7 +128,7 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]
                             [r["baseline_step_times_s"] for r in drawn])
     seconds = sum(r.get("compile_time_s", 0.0) + sum(r["step_times_s"])
                   + sum(r["baseline_step_times_s"]) for r in drawn)
-    confirmed = not estimate.includes_one and estimate.ratio < 1
+    confirmed = estimate.high < 1 - confirmation.MIN_GAIN and estimate.ratio < 1
     return (optimum if confirmed else defaults), seconds, not confirmed
 
 

@@ -30,7 +30,8 @@ checkpoint (`outcome.py` defines each figure):
   optimum), by true ratios; None where the table offers less than 1%),
   `slower` (the share of seeds truly slower than the defaults), `right` (the
   share within 2% of the optimum, the defaults included), `kept` (the share
-  that recommended XLA's defaults);
+  that recommended XLA's defaults), `sound` (`right` on a table whose optimum
+  is at least 3% faster than the defaults, else `kept`: `outcome.py`);
 - `device_seconds`: the median over seeds of every compile and timed process
   the study spent, confirmation included (from the recorded times; warm-up
   was not recorded); `timed`: the median processes the search timed;
