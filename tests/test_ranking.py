@@ -332,8 +332,8 @@ def test_a_faster_configuration_that_broke_the_numerics_guard_is_never_recommend
 
 
 @pytest.mark.parametrize(("cands", "why"), [
-    ([0.9, 1.1, 1.0], "no configuration was confirmed faster than XLA's defaults (the best "
-                      "confirmed, trial 1: ×1.000"),
+    ([0.9, 1.1, 1.0], "no configuration was confirmed at least 1.0% faster than XLA's "
+                      "defaults (the best confirmed, trial 1: ×1.000"),
     ([1.2, 1.2, 1.2], "trial 1: ×0.833 [0.833, 0.833] slower"),
 ])
 def test_without_a_confirmed_gain_the_recommendation_is_xlas_defaults(cands, why):
@@ -445,9 +445,9 @@ def test_the_reasons_read_exactly():
     gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
     assert recommend(gainless.runs).reason == (
-        "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
-        "1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh processes): keep XLA's "
-        "defaults")
+        "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
+        "confirmed, trial 1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh "
+        "processes): keep XLA's defaults")
 
 
 def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
@@ -463,8 +463,9 @@ def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
     confirmed(s, 1, {FAST: True}, 0.5, [1.2, 1.2, 1.2])
     assert confirmed_order(s.runs)[0][0].trial_number == 0
     assert recommend(s.runs).reason == (
-        "no configuration was confirmed faster than XLA's defaults (the best confirmed, trial "
-        "1: ×0.833 [0.833, 0.833] slower over 3 fresh processes): keep XLA's defaults")
+        "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
+        "confirmed, trial 1: ×0.833 [0.833, 0.833] slower over 3 fresh processes): keep "
+        "XLA's defaults")
 
 
 def test_the_memory_recommendation_reads_exactly_and_needs_a_clean_baseline():

@@ -31,7 +31,7 @@ from autotune.rules.stats import RatioEstimate, paired_ratio, unpaired_ratio
 #: even one the interval shows, is not worth a change to the user's job (it is within what
 #: a different host, driver or batch moves), so the defaults are kept. Chosen leave one
 #: workload out (README, Search); read when used, so the benchmarks can set it.
-MIN_GAIN = 0.0
+MIN_GAIN = 0.01
 
 
 def worth_applying(estimate: RatioEstimate | None) -> bool:
