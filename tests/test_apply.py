@@ -256,6 +256,10 @@ def test_a_command_line_apply_cannot_run_is_one_clear_line(tmp_path, no_user_fla
 
     assert result.exit_code == code, result.output
     assert result.stderr.startswith(words) and result.stderr.count("\n") == 1, result.stderr
+    # a failed exec leaves this process as it was: SIGPIPE still ignored, so a later write
+    # to a closed socket raises BrokenPipeError instead of killing it (the test runner)
+    import signal
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
 
 
 def test_your_own_malformed_xla_flags_are_named_as_yours(tmp_path, monkeypatch):

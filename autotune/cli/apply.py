@@ -221,9 +221,11 @@ def _exec(argv: list[str], env: dict[str, str]) -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    for name in ("SIGPIPE", "SIGXFSZ"):  # Python ignores them; the job must not inherit that
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    # Python ignores SIGPIPE and SIGXFSZ; the job must not inherit that. A failed exec puts
+    # them back, so this process (a test runner calling the CLI in-process, say) is not
+    # killed later by a write to a closed socket.
+    ignored = [getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n)]
+    before = {sig: signal.signal(sig, signal.SIG_DFL) for sig in ignored}
     try:
         os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
@@ -233,3 +235,6 @@ def _exec(argv: list[str], env: dict[str, str]) -> None:
     except OSError as exc:
         raise CommandNotFoundError(f"command '{argv[0]}' cannot be run: {exc.strerror}; "
                                    "check that it is an executable program") from None
+    finally:  # reached only when the exec failed
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
