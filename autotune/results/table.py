@@ -208,10 +208,11 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     Keys: `rank` (None for the baseline), `trial`, `flags_changed`,
     `median_step_s`, `search_speedup` (the search's own figure),
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
-    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, or None when
-    not confirmed), `recommended` (the one configuration autotune recommends over
-    XLA's defaults), `peak_memory_bytes` with its `memory_source` (`memory_stats`
-    or `memory_analysis`: not comparable with each other) and `same_program` (as
+    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, `less than 1.0%
+    faster` for a gain below `confirmation.MIN_GAIN`, or None when not confirmed),
+    `recommended` (the one configuration autotune recommends over XLA's defaults),
+    `peak_memory_bytes` with its `memory_source` (`memory_stats` or
+    `memory_analysis`: not comparable with each other) and `same_program` (as
     the baseline's);
     the row's program (`results.evidence`): `observations` (processes that timed
     it), `pooled_speedup` (all of them pooled) with `pooled_interval` (the
