@@ -136,6 +136,9 @@ def test_every_run_is_reachable_page_by_page_and_by_filter(tmp_path: Path):
         assert pruned["matched"] == 50 and {r["outcome"] for r in pruned["rows"]} == {"pruned"}
         narrow = c.get("/api/runs/big?role=search&flag=vector_width=25").json()
         assert sorted(r["trial"] for r in narrow["rows"]) == [25, *range(250, 254)]
+        # as the views print flags: `true`, as XLA_FLAGS writes it (fill's trial 1)
+        fast = c.get(f"/api/runs/big?flag={FAST}=true").json()
+        assert {r["trial"] for r in fast["rows"]} == {1}
         html = c.get("/runs/big?outcome=ok&page=2").text
         assert "206 of 257 runs, page 2 of 3." in html
         assert '<a href="/study/big/trial/151">151</a>' in html

@@ -17,7 +17,7 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from autotune.flags.compose import config_key, xla_flags_string
+from autotune.flags.compose import config_key, render_value, xla_flags_string
 from autotune.ground.records import (
     Environment,
     Measurement,
@@ -336,13 +336,14 @@ def runs_page(runs: Sequence[RunRecord], *, role: str | None = None,
     (`table.trial_rows`) that match the filters, in the order they ran.
 
     Filters (None: any): `role` and `outcome` by value; `flag` a text that a
-    `name=value` of the run's flags must contain. `page` counts from 1 and is
+    `name=value` of the run's flags, written as XLA_FLAGS writes it (`true`, not
+    `True`), must contain, in any case. `page` counts from 1 and is
     clamped to the pages there are. Keys: `rows`, `total` (every run), `matched`,
     `page`, `pages` (at least 1), `per_page`, `filters` ({role, outcome, flag}),
     `roles` and `outcomes` ({value: runs} over every run, for the filter's choices).
     """
     def keep(run: RunRecord) -> bool:
-        texts = [f"{k}={v}".lower() for k, v in run.flags.items()]
+        texts = [f"{k}={render_value(v)}".lower() for k, v in run.flags.items()]
         return ((role is None or run.role.value == role)
                 and (outcome is None or run.outcome.kind.value == outcome)
                 and (not flag or any(flag.lower() in t for t in texts)))

@@ -128,7 +128,7 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]
                             [r["baseline_step_times_s"] for r in drawn])
     seconds = sum(r.get("compile_time_s", 0.0) + sum(r["step_times_s"])
                   + sum(r["baseline_step_times_s"]) for r in drawn)
-    confirmed = estimate.high < 1 - confirmation.MIN_GAIN and estimate.ratio < 1
+    confirmed = confirmation.worth_applying(estimate)
     return (optimum if confirmed else defaults), seconds, not confirmed
 
 
