@@ -555,3 +555,40 @@ def test_every_view_of_a_recorded_table_study_tells_one_story(tmp_path: Path):
     rows = _views_agree(url, "recorded", tmp_path)
     assert len(rows) > 3 and any(r["verdict"] is not None for r in rows)
     assert any(r["observations"] and r["observations"] > 1 for r in rows)  # pooled programs
+
+
+def test_a_proposal_that_reused_a_measurement_opens_the_trial_that_measured_it(tmp_path: Path):
+    """A real study on the recorded norm-act table, Optuna's trials in the same database:
+    proposals that repeated a measured configuration have no run of their own, and their
+    page is the page of the trial whose measurement they reused, saying so."""
+    import optuna
+
+    from autotune.flags.catalog import load_catalog
+    from autotune.launch.replay import ReplayTable, TableLauncher
+    from autotune.spaces import load_space
+    from autotune.storage._optuna import rdb_storage
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
+
+    root = Path(__file__).resolve().parents[1]
+    table = ReplayTable.load(root / "benchmarks/tables/norm-act-small.json")
+    plan = StudyPlan.of(name="reuse", space=load_space(str(root / table.meta["space"])),
+                        workload=table.workload(root), trials=12, sampler="random", seed=0)
+    url = f"sqlite:///{tmp_path / 'reuse.db'}"
+    with Store.open(url) as store:
+        summary = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=0),
+                              rdb_storage(url, create=True)).run()
+        ids = {run.id: run.trial_number for run in store.runs("reuse")}
+    assert summary.reused >= 2
+    reused = {t.number: t.user_attrs["reused_run_id"] for t in optuna.load_study(
+        study_name="reuse", storage=url).trials if "reused_run_id" in t.user_attrs}
+    assert len(reused) == summary.reused
+    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
+        for number, run_id in reused.items():
+            page = c.get(f"/api/study/reuse/trial/{number}").json()
+            assert (page["proposal"], page["trial"]) == (number, ids[run_id])
+            html = c.get(f"/study/reuse/trial/{number}").text
+            assert f"Proposal {number} repeated the configuration of trial {ids[run_id]}" in html
+        measured = next(iter(ids.values()))
+        assert c.get(f"/api/study/reuse/trial/{measured}").json()["proposal"] is None
+        assert c.get("/study/reuse/trial/999").status_code == 404

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_ranking import FAST, LEVEL, WIDTH, Runs, measurement, tiered_study
+from test_ranking import FAST, LEVEL, WIDTH, MiB, Runs, measurement, tiered_study
 
 from autotune.flags.catalog import load_catalog
 from autotune.ground.records import (
@@ -76,16 +76,33 @@ def test_the_recommendation_names_the_winner_with_its_interval_or_the_defaults()
                                   "was confirmed")
 
 
-def test_best_so_far_follows_the_search_order_and_skips_failures():
+def test_best_so_far_is_the_pooled_incumbent_never_one_lucky_process():
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0)
-    s.add(Role.SEARCH, {FAST: True}, 0.8)
+    s.add(Role.SEARCH, {FAST: True}, 0.7)  # lucky and alone: not an answer yet
     s.add(Role.SEARCH, {LEVEL: 1}, None, kind=OutcomeKind.PRUNED)
     s.add(Role.SEARCH, {LEVEL: 2}, 0.9)
-    s.add(Role.CONFIRM, {FAST: True}, 0.5, trial=1)  # not the search's progress
+    s.add(Role.RACE, {LEVEL: 2}, 0.9, trial=3)
+    s.add(Role.RACE, {LEVEL: 2}, 0.9, trial=3)  # backed by three processes: the answer
+    s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=1)
+    s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=1)  # [0.7, 0.8, 0.8]: pooled 0.8
     points = best_so_far(s.runs)
-    assert [(p["n"], p["trial"], p["speedup"], p["best"]) for p in points] == [
-        (1, 0, 1.0, 1.0), (2, 1, 1.25, 1.25), (3, 2, None, 1.25), (4, 3, 1 / 0.9, 1.25)]
+    assert [(p["n"], p["trial"], p["role"], p["speedup"]) for p in points] == [
+        (1, 0, "baseline", 1.0), (2, 1, "search", 1 / 0.7), (3, 2, "search", None),
+        (4, 3, "search", 1 / 0.9), (5, 3, "race", 1 / 0.9), (6, 3, "race", 1 / 0.9),
+        (7, 1, "confirm", 1.25), (8, 1, "confirm", 1.25)]
+    assert [(p["best"], p["best_trial"], p["best_n"]) for p in points] == [
+        (1.0, None, None)] * 5 + [(pytest.approx(1 / 0.9), 3, 3)] * 2 + [(1.25, 1, 3)]
+
+
+def test_best_so_far_starts_with_the_baseline_and_keeps_to_the_memory_budget():
+    s = Runs()
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.9, m=measurement(0.9, memory=10 * MiB))
+    s.add(Role.BASELINE, {}, 1.0)
+    for _ in range(2):
+        s.add(Role.RACE, {LEVEL: 1}, 0.9, trial=0, m=measurement(0.9, memory=10 * MiB))
+    assert [p["best"] for p in best_so_far(s.runs)] == [None, 1.0, 1.0, pytest.approx(1 / 0.9)]
+    assert [p["best"] for p in best_so_far(s.runs, memory_budget=MiB)] == [None, 1.0, 1.0, 1.0]
 
 
 def test_failures_group_by_kind_most_frequent_first_with_distinct_messages():
@@ -280,7 +297,11 @@ def test_the_recommendation_holds_exactly_these_keys():
     assert page["programs"]["0"] == {"count": 1, "trials": [7]}  # 7: the baseline's program
     assert page["failures"] == [{"kind": "numerics_mismatch", "count": 1, "messages": [
         {"trial": 6, "role": "confirm", "message": ""}]}]
-    assert [p["trial"] for p in page["best_so_far"]] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert [p["trial"] for p in page["best_so_far"] if p["role"] != "confirm"] == [
+        0, 1, 2, 3, 4, 5, 6, 7]
+    # the best pooled estimate at the end (trial 6 broke the numerics guard: no answer);
+    # the recommendation ranks the confirmed by their interval's lower end instead
+    assert page["best_so_far"][-1]["best_trial"] == 3
     assert page["progress"] == {"environments": [{
         "env_key": "unknown", "where": "unknown", "runs": 24, "ok": 23, "failed": 1,
         "baseline": True}], "workers": []}

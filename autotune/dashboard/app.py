@@ -240,6 +240,9 @@ def _trial(request: Request) -> dict[str, Any]:
     reader = _reader(request)
     record, runs = _study_or_404(reader, name)
     page = view(record, runs, number, reader.catalog)
+    if page is None:  # a proposal that reused a measured configuration has no run of its own
+        page = view(record, runs, number, reader.catalog,
+                    reused_run=reader.store.reused_run(name, number))
     if page is None:
         raise _missing(f"study {name!r} has no trial {number}")
     return page

@@ -179,12 +179,12 @@ def _figures(page: dict[str, Any]) -> list[tuple[str, Any]]:
     points = [p for p in page["best_so_far"] if p["best"] is not None]
     if points:
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.scatter([p["n"] for p in points if p["speedup"]],
-                   [p["speedup"] for p in points if p["speedup"]], s=10, c="#9ab",
-                   label="each configuration")
+        ax.scatter([p["n"] for p in page["best_so_far"] if p["speedup"]],
+                   [p["speedup"] for p in page["best_so_far"] if p["speedup"]], s=10,
+                   c="#9ab", label="each process")
         ax.step([p["n"] for p in points], [p["best"] for p in points], where="post",
-                label="best single process so far")
-        ax.set(xlabel="configurations measured", ylabel="search speedup vs defaults")
+                label="best so far (pooled, backed)")
+        ax.set(xlabel="processes measured", ylabel="speedup vs defaults")
         ax.legend()
         figures.append(("progress", fig))
     pts = [p for p in page["scatter"]["points"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from autotune.flags.compose import config_key
-from autotune.ground.records import MeasureMode, Role, RunRecord
+from autotune.ground.records import MeasureMode, OutcomeKind, Role, RunRecord
 from autotune.rules.stats import RatioEstimate, paired_ratio
 
 #: Observations (timed processes) a program needs before it may be called best.
@@ -77,6 +77,12 @@ class ProgramEvidence:
     program: str
     runs: list[RunRecord] = field(default_factory=list)
     members: list[RunRecord] = field(default_factory=list)
+
+    def observe(self, run: RunRecord) -> None:
+        """Add one timed process of the program (its estimates computed afresh)."""
+        self.runs.append(run)
+        for cached in ("ratios", "ratio"):
+            self.__dict__.pop(cached, None)
 
     @property
     def first(self) -> RunRecord:
@@ -155,26 +161,71 @@ def pooled(runs: Iterable[RunRecord], keep: Callable[[RunRecord], bool] | None =
     (e.g. a memory budget).
     """
     runs = sorted(runs, key=lambda r: r.id)
-    baseline = {m.fingerprint for r in runs if r.role is Role.BASELINE
-                and (m := r.outcome.measurement) is not None and m.fingerprint}
-    programs: dict[str, ProgramEvidence] = {}
-    names = _Programs()
+    pool = Pool(runs, keep, defaults=defaults)
     for run in runs:
+        pool.add(run)
+    return pool.ranked()
+
+
+class Pool:
+    """`pooled`, one run at a time: the programs so far after each `add`, and the
+    incumbent so far (`incumbent`, without sorting every program again).
+
+    Args:
+        runs: every run of the study (its baseline's fingerprints say which program is
+            XLA's defaults, whenever the baseline ran); `add` them in id order.
+        keep, defaults: as `pooled`'s.
+    """
+
+    def __init__(self, runs: Iterable[RunRecord],
+                 keep: Callable[[RunRecord], bool] | None = None, *,
+                 defaults: bool = False) -> None:
+        self.keep, self.defaults = keep, defaults
+        self.baseline = {m.fingerprint for r in runs if r.role is Role.BASELINE
+                         and (m := r.outcome.measurement) is not None and m.fingerprint}
+        self.programs: dict[str, ProgramEvidence] = {}
+        self._names = _Programs()
+        self._backed: set[str] = set()
+        self._broken: set[str] = set()
+
+    def add(self, run: RunRecord) -> ProgramEvidence | None:
+        """Count `run` (see `pooled`); the program it counted toward, or None. A run that
+        broke the numerics guard makes its program no answer of `incumbent` from then on."""
+        if run.role in EVIDENCE_ROLES and run.outcome.kind is OutcomeKind.NUMERICS_MISMATCH:
+            self._broken.add(self._names.of(run))
+            self._backed -= self._broken
         if run.role not in EVIDENCE_ROLES or not run.outcome.ok:
-            continue
-        if keep is not None and not keep(run):
-            continue
-        key = names.of(run)
+            return None
+        if self.keep is not None and not self.keep(run):
+            return None
+        key = self._names.of(run)
         m = run.outcome.measurement
-        if not defaults and (key in baseline or (m is not None and m.same_program_as_baseline)):
-            continue
-        evidence = programs.setdefault(key, ProgramEvidence(key))
+        if not self.defaults and (key in self.baseline
+                                  or (m is not None and m.same_program_as_baseline)):
+            return None
+        evidence = self.programs.setdefault(key, ProgramEvidence(key))
         if run.role is not Role.CONFIRM and run.role is not Role.RACE:
             evidence.members.append(run)
         if run_ratio(run) is not None:
-            evidence.runs.append(run)
-    timed = [p for p in programs.values() if p.runs]
-    return sorted(timed, key=lambda p: (p.ratio, p.first.id))
+            evidence.observe(run)
+            if evidence.backed and key not in self._broken:
+                self._backed.add(key)
+        return evidence
+
+    def ranked(self) -> list[ProgramEvidence]:
+        """The timed programs so far, best pooled estimate first (ties: first timed first)."""
+        timed = [p for p in self.programs.values() if p.runs]
+        return sorted(timed, key=_rank)
+
+    def incumbent(self) -> ProgramEvidence | None:
+        """`incumbent(self.ranked())`, from the backed programs alone, leaving out those
+        that broke the numerics guard."""
+        best = min((self.programs[key] for key in self._backed), key=_rank, default=None)
+        return incumbent([] if best is None else [best])
+
+
+def _rank(p: ProgramEvidence) -> tuple[float, int]:
+    return p.ratio, p.first.id
 
 
 class _Programs:

@@ -33,6 +33,7 @@ from enum import StrEnum
 
 from autotune.flags.compose import compiler_options, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord
+from autotune.results import confirmation
 from autotune.results.confirmation import worth_applying
 from autotune.rules.stats import RatioEstimate, paired_ratio
 
@@ -197,9 +198,11 @@ def _check(state: Shrink, removals: list[Removal], current: dict[str, FlagValue]
         return _with(state, removals=removals, minimal=current, check=estimate)
     kept = [Removal(r.flag, r.value, r.effect, r.effect is not Effect.NOT_SLOWER, r.estimate)
             for r in removals]
+    floor = f"{confirmation.MIN_GAIN:.1%}"
     return _with(state, removals=kept, minimal=program_only,
-                 note="the smaller set was not confirmed faster than XLA's defaults on its own: "
-                      "the flags whose removal did not measurably slow it stay")
+                 note=f"the smaller set was not confirmed at least {floor} faster than XLA's "
+                      "defaults on its own: the flags whose removal did not measurably slow "
+                      "it stay")
 
 
 def _timed_removal(name: str, value: FlagValue, timed: list[RunRecord]) -> Removal:

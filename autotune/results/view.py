@@ -28,6 +28,7 @@ from autotune.ground.records import (
     WorkerRecord,
 )
 from autotune.results.confirmation import confirmation
+from autotune.results.evidence import Pool
 from autotune.results.fitted import fit_json
 from autotune.results.importance import ablation_json
 from autotune.results.notes import study_notes
@@ -43,6 +44,7 @@ from autotune.results.ranking import (
     ranked,
     recommend,
     verdict_text,
+    within_budget,
 )
 from autotune.results.shrink import Effect, Shrink, shrink
 from autotune.results.study_results import StudyResults, study_catalog
@@ -62,6 +64,9 @@ STOPPED_KINDS = frozenset({OutcomeKind.PRUNED, OutcomeKind.OVER_BUDGET})
 
 #: Roles a search's progress is read from (one figure per launched configuration).
 SEARCH_ROLES = frozenset({Role.BASELINE, Role.RECOMMENDED, Role.SEARCH})
+
+#: Roles the best-so-far chart follows: every process that is evidence of a program.
+PROGRESS_ROLES = SEARCH_ROLES | {Role.RACE, Role.CONFIRM}
 
 
 def environment_text(env: Environment | None) -> str:
@@ -157,20 +162,32 @@ def program_groups(runs: Sequence[RunRecord], trials: Iterable[int | None],
     return groups
 
 
-def best_so_far(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """The search's best single measurement after each launched configuration.
+def best_so_far(runs: Sequence[RunRecord], memory_budget: int | None = None
+                ) -> list[dict[str, Any]]:
+    """The study's incumbent after each process of the search, racing and confirmation.
 
-    One point per baseline, recommended or search run in the order they ran:
-    `n` (1-based), `trial`, `speedup` (None when it failed or timed nothing of
-    its own) and `best` (the largest search speedup so far). These are the
-    search's own figures, one process each: the confirmed claim is elsewhere.
+    One point per baseline, recommended, search, race or confirmation run in the
+    order they ran: `n` (1-based), `trial`, `role`, `speedup` (that process's own
+    figure; None when it failed or timed nothing of its own), and the incumbent
+    then (`results.evidence.incumbent`: the best pooled program backed by enough
+    processes, within the memory budget): `best` (its pooled speedup; 1.0 for
+    XLA's defaults once the baseline ran, None before), `best_trial` (None for
+    the defaults) and `best_n` (its processes). So the line is what the study
+    would have answered at that point, never one lucky process.
     """
-    points, best = [], None
-    for n, run in enumerate((r for r in runs if r.role in SEARCH_ROLES), start=1):
+    steps = sorted((r for r in runs if r.role in PROGRESS_ROLES), key=lambda r: r.id)
+    pool = Pool(steps, lambda r: within_budget(r, memory_budget))
+    points, baseline = [], False
+    for n, run in enumerate(steps, start=1):
+        pool.add(run)
+        baseline = baseline or (run.role is Role.BASELINE and run.outcome.ok)
+        leader = pool.incumbent()
         speedup = run.speedup if run.outcome.ok else None
-        if speedup is not None:
-            best = speedup if best is None else max(best, speedup)
-        points.append({"n": n, "trial": run.trial_number, "speedup": speedup, "best": best})
+        points.append({
+            "n": n, "trial": run.trial_number, "role": run.role.value, "speedup": speedup,
+            "best": (1 / leader.ratio if leader else 1.0) if baseline or leader else None,
+            "best_trial": leader.first.trial_number if leader else None,
+            "best_n": leader.n if leader else None})
     return points
 
 
@@ -303,7 +320,8 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         "best": results.best_json(rows),
         "programs": program_groups(runs, [row.run.trial_number for row in rows]),
         "notes": [{"kind": n.kind, "text": n.text} for n in study_notes(record, runs, rows)],
-        "best_so_far": best_so_far(main_runs(runs)),  # one environment's ratios: comparable
+        # one environment's ratios: comparable
+        "best_so_far": best_so_far(main_runs(runs), record.memory_budget_bytes),
         "scatter": scatter(record, main_runs(runs)),
         "contributions": contributions(rec, state),
         "failures": failures(runs),
@@ -368,17 +386,29 @@ def trial_runs(runs: Sequence[RunRecord], number: int) -> list[RunRecord]:
 
 
 def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
-               catalog: Any) -> dict[str, Any] | None:
+               catalog: Any, reused_run: int | None = None) -> dict[str, Any] | None:
     """Everything the trial page shows, or None when the study has no such trial.
 
     Keys: `study`, `trial`, `flags` (every flag as measured), `changed`
     (those that differ from XLA's defaults), `env` (the variables the trial was
     given), `xla_flags` (the ready `XLA_FLAGS` line of its flags), `confirmation`
     (verdict text, None when not confirmed), `same_program_as_baseline`,
-    `runs` (each run's figures, step times and log tails).
+    `runs` (each run's figures, step times and log tails), `proposal` (None, or
+    the number asked for when it names a proposal that reused another trial's
+    measurement).
+
+    A proposal that repeated a configuration measured already has no run of its
+    own: given `reused_run` (the id of the run it reused, `Store.reused_run`),
+    its page is that run's trial's, with `proposal` set to `number`.
     """
     catalog = study_catalog(catalog, record)
     mine = trial_runs(runs, number)
+    proposal = None
+    if not mine and reused_run is not None:
+        measured = next((r for r in runs if r.id == reused_run), None)
+        if measured is not None and measured.trial_number is not None:
+            proposal, number = number, measured.trial_number
+            mine = trial_runs(runs, number)
     if not mine:
         return None
     head = mine[0]
@@ -390,7 +420,7 @@ def trial_page(record: StudyRecord, runs: list[RunRecord], number: int,
         "env": dict(head.env), "xla_flags": xla_flags_string(head.flags, catalog),
         "confirmation": verdict_text(conf) if conf is not None else None,
         "same_program_as_baseline": m.same_program_as_baseline if m else None,
-        "runs": [_run_view(r) for r in mine],
+        "runs": [_run_view(r) for r in mine], "proposal": proposal,
     }
 
 

@@ -4,6 +4,7 @@ plain records."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 from sqlalchemy import (
     exc,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 
@@ -191,6 +194,34 @@ class RunsMixin(StoreBase):
                 return [run_record(values, study.name, environments.get(values["environment_id"]))
                         for values in (dict(zip(keys, row, strict=True)) for row in rows)]
 
+
+    @asked_again
+    def reused_run(self, study_name: str, number: int) -> int | None:
+        """The id of the run that Optuna's trial `number` of the study reused, or None.
+
+        A proposal that repeated a configuration measured already stores no run of
+        its own: Optuna's trial keeps the run it reused as its user attribute
+        `reused_run_id` (`autotune.study.search`). None when the trial measured its
+        own, when there is no such trial, or when the database holds no Optuna tables.
+        Reads Optuna's tables (`studies`, `trials`, `trial_user_attributes`), never
+        writes them.
+        """
+        with self._session() as session:
+            if not inspect(session.connection()).has_table("trial_user_attributes"):
+                return None
+            value = session.execute(_REUSED, {"name": study_name, "number": number}).scalar()
+        try:
+            reused = json.loads(value) if value is not None else None
+        except ValueError:
+            return None
+        return reused if isinstance(reused, int) else None
+
+
+#: Optuna's user attribute `reused_run_id` of one trial of one study (Optuna's RDB schema).
+_REUSED = text(
+    "SELECT a.value_json FROM trial_user_attributes a"
+    " JOIN trials t ON t.trial_id = a.trial_id JOIN studies s ON s.study_id = t.study_id"
+    " WHERE s.study_name = :name AND t.number = :number AND a.key = 'reused_run_id'")
 
 
 def _run_values(study_id: int, run: NewRun, environments: Mapping[Environment, int | None]

@@ -32,16 +32,25 @@
 
   function progressChart(points) {
     if (!points || !points.length) return;
+    var own = points.filter(function (p) { return p.speedup !== null; });
+    var line = points.filter(function (p) { return p.best !== null; });
     plot("chart-progress", [
-      {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.speedup; }),
-       customdata: points.map(function (p) { return p.trial; }),
-       hovertemplate: "trial %{customdata}: ×%{y:.3f} (one process)<extra></extra>",
-       mode: "markers", name: "each configuration", marker: {color: "#9ab"}},
-      {x: points.map(function (p) { return p.n; }), y: points.map(function (p) { return p.best; }),
-       hoverinfo: "skip",
-       mode: "lines", line: {shape: "hv", color: "#1f5fbf"}, name: "best single process so far"}
-    ], {xaxis: {title: {text: "configurations measured"}},
-        yaxis: {title: {text: "search speedup vs defaults"}}});
+      {x: own.map(function (p) { return p.n; }), y: own.map(function (p) { return p.speedup; }),
+       customdata: own.map(function (p) { return p.trial; }),
+       text: own.map(function (p) { return p.role; }),
+       hovertemplate: "trial %{customdata} (%{text}): ×%{y:.3f}, one process<extra></extra>",
+       mode: "markers", name: "each process", marker: {color: "#9ab"}},
+      {x: line.map(function (p) { return p.n; }), y: line.map(function (p) { return p.best; }),
+       customdata: line.map(function (p) { return p.best_trial; }),
+       text: line.map(function (p) {
+         return p.best_trial === null ? "XLA's defaults"
+           : "trial " + p.best_trial + ", pooled over " + p.best_n + " processes";
+       }),
+       hovertemplate: "best so far: %{text}, ×%{y:.3f}<extra></extra>",
+       mode: "lines+markers", marker: {size: 3}, line: {shape: "hv", color: "#1f5fbf"},
+       name: "best so far (pooled, backed)"}
+    ], {xaxis: {title: {text: "processes measured"}},
+        yaxis: {title: {text: "speedup vs defaults"}}});
     clickThrough("chart-progress");
   }
 
