@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from autotune.ground.guard import MEMORY_EXIT
+from autotune.ground.guard import MEMORY_EXIT, MemoryCgroup
 from autotune.ground.proc import run_bounded
 from autotune.ground.records import OutcomeKind
 from autotune.rules.failures import classify_exit
@@ -112,16 +112,67 @@ def test_the_memory_limit_counts_resident_memory_not_address_space(tmp_path):
     assert unlimited.stdout.strip() == str(resource.RLIM_INFINITY)
 
 
+HOG = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+       "'import time; b = bytearray(400 * 2**20); time.sleep(300)']); time.sleep(300)")
+
+
 def test_a_trial_over_its_resident_memory_limit_is_killed_with_its_descendants(tmp_path):
-    hog = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-           "'import time; b = bytearray(400 * 2**20); time.sleep(300)']); time.sleep(300)")
-    done = run_bounded([sys.executable, "-c", hog], os.environ, tmp_path, 60,
-                       memory_limit_bytes=200 * 2**20)
+    """The resident memory watch, on a machine where no cgroup is made (turned off here)."""
+    done = run_bounded([sys.executable, "-c", HOG], {**os.environ, "AUTOTUNE_CGROUP_ROOT": ""},
+                       tmp_path, 60, memory_limit_bytes=200 * 2**20)
     assert not done.timed_out and done.returncode == MEMORY_EXIT
     assert "Out of memory: the trial's resident memory reached" in done.stderr
     assert "above its limit of 209715200 bytes (--trial-memory-limit)" in done.stderr
     classified = classify_exit(done.returncode, False, done.stderr, 60, 200 * 2**20)
     assert classified is not None and classified[0] is OutcomeKind.OOM
+
+
+def test_where_the_machine_allows_a_cgroup_the_kernel_holds_the_memory_limit(tmp_path):
+    """The trial runs in a cgroup of its own under the guard's (v2 `memory.max`, or v1 as on
+    this project's machines); the kernel's OOM kill ends the whole trial as `oom`, and the
+    cgroup is gone afterwards."""
+    made = MemoryCgroup.make(200 * 2**20)
+    if made is None:
+        pytest.skip("this machine allows no cgroup with a memory limit under this process's")
+    made.remove()
+    done = run_bounded([sys.executable, "-c", HOG], os.environ, tmp_path, 60,
+                       memory_limit_bytes=200 * 2**20)
+    assert not done.timed_out and done.returncode == MEMORY_EXIT
+    assert ("Out of memory: the trial's memory reached its limit of 209715200 bytes "
+            "(--trial-memory-limit), and the kernel's cgroup memory controller killed it"
+            ) in done.stderr
+    classified = classify_exit(done.returncode, False, done.stderr, 60, 200 * 2**20)
+    assert classified is not None and classified[0] is OutcomeKind.OOM
+    assert not list(made.path.parent.glob("autotune-trial-*"))
+
+
+def test_on_a_fake_cgroup_v2_tree_the_guard_limits_memory_max_and_reads_its_oom_kills(
+        tmp_path):
+    """cgroup v2 cannot be mounted here (the machine has v1): a folder stands in for the
+    hierarchy. The guard makes the trial's cgroup in it with `memory.max` and no swap, and
+    an `oom_kill` in its `memory.events` (written here by the child, as the kernel would)
+    ends the trial as out of memory."""
+    root = tmp_path / "cgroupfs"
+    root.mkdir()
+    (root / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    own = Path("/proc/self/cgroup").read_text()
+    v2 = next((ln.split(":", 2)[2] for ln in own.splitlines() if ln.startswith("0::")), None)
+    if v2 is None:
+        pytest.skip("this process has no cgroup v2 line in /proc/self/cgroup")
+    base = root / v2.strip().lstrip("/")
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    oom = ("import glob, time; [d] = glob.glob(%r + '/autotune-trial-*'); "
+           "open(d + '/memory.events', 'a').write('low 0\\noom 1\\noom_kill 1\\n'); "
+           "time.sleep(300)") % str(base)
+    done = run_bounded([sys.executable, "-c", oom], {**os.environ, "AUTOTUNE_CGROUP_ROOT":
+                                                      str(root)}, tmp_path, 60,
+                       memory_limit_bytes=300 * 2**20)
+    assert not done.timed_out and done.returncode == MEMORY_EXIT, done.stderr
+    assert "the kernel's cgroup memory controller killed it" in done.stderr
+    [trial] = base.glob("autotune-trial-*")
+    assert (trial / "memory.max").read_text() == str(300 * 2**20)
+    assert (trial / "memory.swap.max").read_text() == "0"
 
 
 def test_the_guard_takes_its_group_down_and_removes_the_scratch_when_its_parent_dies(tmp_path):

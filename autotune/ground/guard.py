@@ -14,7 +14,11 @@ as the leader of a new process group, in place of ARGV. The guard
   and the guard exits `MEMORY_EXIT` with an "Out of memory" line on stderr (an
   `oom` outcome). Resident memory, not address space: XLA reserves far more
   address space than it uses (an address-space limit of 1 GiB aborted a
-  trivial JAX program with std::bad_alloc);
+  trivial JAX program with std::bad_alloc). Where the machine allows it, the
+  kernel counts it too: the child runs in a cgroup of its own made under the
+  guard's (`MemoryCgroup`: cgroup v2 `memory.max`, else v1
+  `memory.limit_in_bytes`), and an OOM kill there ends the trial the same way;
+  the cgroup's processes are killed with the rest and the cgroup removed;
 - on SIGTERM, SIGHUP or SIGINT kills every other process of its group and every
   descendant with SIGKILL, removes SCRATCH (a folder, or `-`) and exits; on
   `KILL_SIGNAL` (the parent's timeout: it reads the logs in SCRATCH and cleans
@@ -59,6 +63,114 @@ MEMORY_POLL_S = 0.1
 
 #: Exit code when ARGV cannot be executed at all (as a shell says it).
 EXEC_FAILED = 127
+
+#: Where the kernel's cgroup hierarchies are mounted; the variable `AUTOTUNE_CGROUP_ROOT`
+#: names another place (a test's), and set empty it turns the cgroup off (the resident
+#: memory watch alone then).
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+class MemoryCgroup:
+    """A cgroup of the trial's own, under the guard's, whose memory the kernel limits.
+
+    Made with `make` where the machine allows it: a cgroup v2 hierarchy whose
+    memory controller is enabled for the guard's cgroup's children (it is in
+    `cgroup.subtree_control`, as in a container's own cgroup namespace or a
+    delegated systemd unit), or a writable cgroup v1 memory hierarchy. Elsewhere
+    (no permission, no controller, not Linux) `make` gives None and the resident
+    memory watch alone holds the limit.
+    """
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path, self.version = path, version
+
+    @classmethod
+    def make(cls, limit: int) -> MemoryCgroup | None:
+        """A new cgroup limited to `limit` bytes (swap not counted where it can say so), or
+        None where no cgroup can be made."""
+        root = os.environ.get("AUTOTUNE_CGROUP_ROOT", CGROUP_ROOT)
+        if not root:
+            return None
+        for version, base in _own_cgroups(Path(root)):
+            path = base / f"autotune-trial-{os.getpid()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            made = cls(path, version)
+            try:
+                made._limit(limit)
+            except OSError:
+                made.remove()
+                continue
+            return made
+        return None
+
+    def _limit(self, limit: int) -> None:
+        if self.version == 2:
+            (self.path / "memory.max").write_text(str(limit))
+            with contextlib.suppress(OSError):  # no swap accounting: nothing to turn off
+                (self.path / "memory.swap.max").write_text("0")
+        else:
+            (self.path / "memory.limit_in_bytes").write_text(str(limit))
+
+    def enter(self) -> None:
+        """Move the calling process into the cgroup (the forked child, before it execs:
+        system calls only). A refusal leaves it where it was, under the memory watch."""
+        with contextlib.suppress(OSError):
+            fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    def members(self) -> list[int]:
+        """The processes in the cgroup now."""
+        with contextlib.suppress(OSError, ValueError):
+            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
+        return []
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed in the cgroup for its memory limit."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        with contextlib.suppress(OSError, ValueError):
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the cgroup (the kernel refuses while a process is in it: then it stays)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+def _own_cgroups(root: Path) -> list[tuple[int, Path]]:
+    """Where this process's own cgroups are, per hierarchy whose memory controller a child
+    cgroup can use: (2, the v2 folder) when `memory` is in its `cgroup.subtree_control`,
+    then (1, the v1 memory folder) when it exists."""
+    found: list[tuple[int, Path]] = []
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                base = root / path.lstrip("/")
+                with contextlib.suppress(OSError):
+                    if "memory" in (base / "cgroup.subtree_control").read_text().split():
+                        found.insert(0, (2, base))
+            elif "memory" in controllers.split(","):
+                base = root / "memory" / path.lstrip("/")
+                if base.is_dir():
+                    found.append((1, base))
+    return found
 
 
 def argv_for(parent: int, limit: int | None, scratch: Path | None,
@@ -122,9 +234,10 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def kill_group_but_me(child: int | None) -> None:
+def kill_group_but_me(child: int | None, cgroup: MemoryCgroup | None = None) -> None:
     """SIGKILL the child, every other process of this group and every descendant (one that
-    left the group with `setsid` too), until none is left (≤ 2 s)."""
+    left the group with `setsid` too) and of the trial's `cgroup`, until none is left
+    (≤ 2 s)."""
     if child is not None and child > 0:  # never os.kill(-1, ...): that is every process
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
@@ -132,6 +245,8 @@ def kill_group_but_me(child: int | None) -> None:
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         members = set(group_members(pgid)) | set(descendants(me))
+        if cgroup is not None:
+            members |= set(cgroup.members())
         members.discard(me)
         if not members:
             return
@@ -153,30 +268,42 @@ def resident_bytes(pids: Sequence[int]) -> int:
     return total
 
 
-def wait_within(child: int, limit: int | None) -> int:
+def wait_within(child: int, limit: int | None, cgroup: MemoryCgroup | None = None) -> int:
     """Wait for `child` and return its wait status; with a `limit`, watch the resident
-    memory of the child and every descendant meanwhile, and above it kill them all and
-    exit `MEMORY_EXIT`, saying so on stderr."""
+    memory of the child and every descendant meanwhile, and the OOM kills of its `cgroup`
+    (where it has one): past either, kill them all and exit `MEMORY_EXIT`, saying so on
+    stderr."""
     if limit is None:
         return os.waitpid(child, 0)[1]  # retried on EINTR (PEP 475)
     me = os.getpid()
     while True:
         pid, status = os.waitpid(child, os.WNOHANG)
+        if cgroup is not None and cgroup.oom_kills():
+            _out_of_memory(child, cgroup, f"the trial's memory reached its limit of {limit} "
+                           "bytes (--trial-memory-limit), and the kernel's cgroup memory "
+                           "controller killed it")
         if pid:
             return status
         used = resident_bytes(descendants(me))
         if used > limit:
-            kill_group_but_me(child)
-            with contextlib.suppress(OSError):
-                os.write(2, (f"autotune: Out of memory: the trial's resident memory reached "
-                             f"{used} bytes, above its limit of {limit} bytes "
-                             "(--trial-memory-limit); it was killed\n").encode())
-            os._exit(MEMORY_EXIT)
+            _out_of_memory(child, cgroup, f"the trial's resident memory reached {used} bytes, "
+                           f"above its limit of {limit} bytes (--trial-memory-limit); it was "
+                           "killed")
         time.sleep(MEMORY_POLL_S)
 
 
-def run_child(argv: Sequence[str]) -> int:
-    """Fork and exec `argv` (dying with the guard); return its pid."""
+def _out_of_memory(child: int, cgroup: MemoryCgroup | None, why: str) -> None:
+    """Kill the trial's processes, say why on stderr and exit `MEMORY_EXIT`."""
+    kill_group_but_me(child, cgroup)
+    if cgroup is not None:
+        cgroup.remove()
+    with contextlib.suppress(OSError):
+        os.write(2, f"autotune: Out of memory: {why}\n".encode())
+    os._exit(MEMORY_EXIT)
+
+
+def run_child(argv: Sequence[str], cgroup: MemoryCgroup | None = None) -> int:
+    """Fork and exec `argv` (dying with the guard, in `cgroup` where given); return its pid."""
     pid = os.fork()
     if pid:
         return pid
@@ -184,6 +311,8 @@ def run_child(argv: Sequence[str]) -> int:
         for signum in (*STOP_SIGNALS, KILL_SIGNAL):
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.enter()
         os.execvp(argv[0], list(argv))
     except BaseException as exc:  # noqa: BLE001 - report anything, never return into the guard
         with contextlib.suppress(OSError):
@@ -214,9 +343,12 @@ def main(args: Sequence[str]) -> None:
     if os.getppid() != parent:  # the parent died before the request above took effect
         os._exit(1)
     child: int | None = None
+    cgroup = MemoryCgroup.make(limit) if limit is not None else None
 
     def stop(signum: int, frame: object) -> None:
-        kill_group_but_me(child)
+        kill_group_but_me(child, cgroup)
+        if cgroup is not None:
+            cgroup.remove()
         if scratch is not None and signum != KILL_SIGNAL:
             shutil.rmtree(scratch, ignore_errors=True)
         os._exit(128 + signum)
@@ -224,9 +356,11 @@ def main(args: Sequence[str]) -> None:
     for signum in (*STOP_SIGNALS, KILL_SIGNAL):
         signal.signal(signum, stop)
     become_subreaper()
-    child = run_child(args[4:])
-    status = wait_within(child, limit)
-    kill_group_but_me(None)  # what the child left running (a daemon it started) goes too
+    child = run_child(args[4:], cgroup)
+    status = wait_within(child, limit, cgroup)
+    kill_group_but_me(None, cgroup)  # what the child left running (a daemon it started) too
+    if cgroup is not None:
+        cgroup.remove()
     end_as(status)
 
 
