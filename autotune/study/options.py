@@ -140,8 +140,9 @@ class StudyOptions(Options):
         "Keep each trial's folder (full stdout and stderr, result, XLA's artifacts, "
         "flags.json) in this folder instead of deleting it."))
     trial_memory_limit: str | None = Field(None, description=(
-        "Resident-memory limit of each trial (its processes together), e.g. 16GiB; above "
-        "it the trial is killed and recorded as oom (default: none)."))
+        "Resident-memory limit of each trial (its processes together), e.g. 16GiB, held by "
+        "the kernel too where a cgroup can be made; above it the trial is killed and "
+        "recorded as oom (default: none)."))
     fit: bool = Field(True, description=(
         "Fit the space to the workload after its baseline: drop flags that cannot act on its "
         "program, clip thresholds to its collectives' sizes (see `best`)."))
