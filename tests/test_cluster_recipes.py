@@ -196,6 +196,46 @@ def test_cluster_readme_names_the_recipes_and_the_worker_command() -> None:
     assert "postgresql+psycopg://" in readme
 
 
+# --- the standing pool's recipes -------------------------------------------------------
+
+POOL_SBATCH = CLUSTER / "slurm-pool.sbatch"
+POOL_K8S = CLUSTER / "pool-deployment.yaml"
+
+
+def test_the_pool_sbatch_serves_every_open_study_until_none_is_left() -> None:
+    text = POOL_SBATCH.read_text()
+    directives = sbatch_directives(text)
+    assert len(array_indices(directives["array"])) > 1 and directives["gres"] == "gpu:1"
+    assert directives["signal"] == "B:TERM@120"
+    last = [ln for ln in text.splitlines() if ln.startswith("exec ")][-1]
+    assert shlex.split(last)[1:] == ["autotune", "worker", "--storage", "$AUTOTUNE_STORAGE",
+                                     "--studies", "$STUDIES", "--until-idle"]
+    assert os.stat(POOL_SBATCH).st_mode & stat.S_IXUSR
+    done = subprocess.run(["bash", "-n", str(POOL_SBATCH)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_pool_deployment_stays_up_serving_every_study_with_a_gpu_each() -> None:
+    doc = yaml.safe_load(POOL_K8S.read_text())
+    assert (doc["apiVersion"], doc["kind"]) == ("apps/v1", "Deployment")
+    spec = doc["spec"]
+    assert spec["replicas"] > 1
+    assert spec["selector"]["matchLabels"] == spec["template"]["metadata"]["labels"]
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["command"] == ["autotune", "worker", "--storage", "$(AUTOTUNE_STORAGE)"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AUTOTUNE_STORAGE"]["valueFrom"]["secretKeyRef"] == {"name": "autotune-db",
+                                                                    "key": "url"}
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_the_cluster_readme_names_the_pool_recipes_and_submit() -> None:
+    readme = (CLUSTER / "README.md").read_text()
+    for name in (POOL_SBATCH.name, POOL_K8S.name):
+        assert f"]({name})" in readme
+    assert "--submit" in readme and "`autotune studies`" in readme
+
+
 # --- the worker command, run here -------------------------------------------------------
 
 

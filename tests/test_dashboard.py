@@ -372,9 +372,14 @@ def test_a_report_of_a_missing_study_exits_2_naming_it(db: str, tmp_path: Path):
     assert bad.exit_code == 2 and "unknown report format 'pdf'" in bad.output
 
 
-def test_the_studies_api_lists_each_study_once(client: TestClient):
+def test_the_studies_api_lists_each_study_once(client: TestClient, db: str):
     names = [row["name"] for row in client.get("/api/studies").json()]
     assert sorted(names) == sorted(["s", "t", EVIL])
+    assert {row["state"] for row in client.get("/api/studies").json()} == {"searching"}
+    with Store.open(db) as store:
+        store.mark_finished("s", 4)
+    page = client.get("/").text  # the studies page, as `autotune studies` says it
+    assert '<td class="state" data-state="done">' in page.split('data-study="s"')[1]
     version = json.loads(client.get("/api/version").text)["version"]
     assert version == client.get("/api/version").json()["version"] and len(version) == 64
 

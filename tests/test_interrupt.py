@@ -162,9 +162,9 @@ def test_on_a_fake_cgroup_v2_tree_the_guard_limits_memory_max_and_reads_its_oom_
     base = root / v2.strip().lstrip("/")
     base.mkdir(parents=True, exist_ok=True)
     (base / "cgroup.subtree_control").write_text("cpu memory pids\n")
-    oom = ("import glob, time; [d] = glob.glob(%r + '/autotune-trial-*'); "
+    oom = (f"import glob, time; [d] = glob.glob({str(base)!r} + '/autotune-trial-*'); "
            "open(d + '/memory.events', 'a').write('low 0\\noom 1\\noom_kill 1\\n'); "
-           "time.sleep(300)") % str(base)
+           "time.sleep(300)")
     done = run_bounded([sys.executable, "-c", oom], {**os.environ, "AUTOTUNE_CGROUP_ROOT":
                                                       str(root)}, tmp_path, 60,
                        memory_limit_bytes=300 * 2**20)

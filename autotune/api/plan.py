@@ -20,10 +20,11 @@ from autotune.ground.errors import StudyMismatchError, UsageError
 from autotune.ground.records import MeasureMode
 from autotune.ground.resources import VERSION, source_digest
 from autotune.launch.launcher import parse_template
+from autotune.launch.workloads import WorkloadInfo
 from autotune.study import preflight
 from autotune.study.options import AfterSearch, StudyOptions
 from autotune.study.plan import StudyPlan
-from autotune.study.samplers import choose_sampler, parse_objectives
+from autotune.study.samplers import Objective, choose_sampler, parse_objectives
 
 if TYPE_CHECKING:
     from autotune.storage.store import Store
@@ -81,16 +82,8 @@ def plan_study(options: StudyOptions | None = None, *,
             `allow_backend_mismatch`).
     """
     o = options if options is not None else StudyOptions.of(**values)
-    loaded = spaces.load_space(o.space)
-    work, argv = resolve_workload(o.benchmark, o.script, o.command)
-    objectives = parse_objectives(o.objective)
-    choose_sampler(o.sampler, objectives, loaded, o.trials)  # a bad choice stops before a probe
-    one_of(o.preset, PRESETS, "preset")
-    mode = MeasureMode(one_of(o.mode, [m.value for m in MeasureMode], "mode"))
-    if o.launcher is not None:
-        parse_template(o.launcher)  # a template without {cmd} stops here
-    budget = size_option(o.memory_budget, "--memory-budget")
-    limit = size_option(o.trial_memory_limit, "--trial-memory-limit")
+    i = _Inputs.of(o)
+    loaded, work, argv, objectives = i.space, i.workload, i.argv, i.objectives
     catalog = load_catalog()
     # the values of flags outside the catalog are tried too: preflight leaves out those
     # this XLA cannot parse, as it does the catalog's documented values it rejects
@@ -104,17 +97,92 @@ def plan_study(options: StudyOptions | None = None, *,
         name=o.name or default_name(loaded.name, work.name, o.preset,
                                     report.device_count or o.devices),
         space_name=loaded.name,
-        space=checked.space, workload=work, options=o, mode=mode, objectives=objectives,
-        base_env=env, command=argv, memory_limit_bytes=limit, memory_budget_bytes=budget,
+        space=checked.space, workload=work, options=o, mode=i.mode, objectives=objectives,
+        base_env=env, command=argv, memory_limit_bytes=i.limit, memory_budget_bytes=i.budget,
         per_compile_open=per_compile_open(open_values, report.per_compile))
-    recipe = {
+    return PlannedStudy(replace(plan, recipe=_recipe(o, env)), checked, report)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The user's options checked and resolved, before anything is probed."""
+
+    space: spaces.Space
+    workload: WorkloadInfo
+    argv: tuple[str, ...] | None
+    objectives: tuple[Objective, ...]
+    mode: MeasureMode
+    budget: int | None
+    limit: int | None
+
+    @classmethod
+    def of(cls, o: StudyOptions) -> _Inputs:
+        """Load the space, find the workload, parse every choice and size (see `plan_study`
+        for what raises)."""
+        loaded = spaces.load_space(o.space)
+        work, argv = resolve_workload(o.benchmark, o.script, o.command)
+        objectives = parse_objectives(o.objective)
+        choose_sampler(o.sampler, objectives, loaded, o.trials)  # a bad choice: before a probe
+        one_of(o.preset, PRESETS, "preset")
+        mode = MeasureMode(one_of(o.mode, [m.value for m in MeasureMode], "mode"))
+        if o.launcher is not None:
+            parse_template(o.launcher)  # a template without {cmd} stops here
+        return cls(loaded, work, argv, objectives, mode,
+                   size_option(o.memory_budget, "--memory-budget"),
+                   size_option(o.trial_memory_limit, "--trial-memory-limit"))
+
+
+def _recipe(o: StudyOptions, env: Mapping[str, str]) -> dict[str, Any]:
+    """How a worker rebuilds the plan of a study of options `o` made in environment `env`
+    (`join_study`): the options with files as absolute paths, the folder of a command,
+    the creator's XLA and JAX variables, this autotune's identity."""
+    return {
         "options": o.model_copy(update={"space": _source(o.space),
                                         "script": _source(o.script)}).model_dump(mode="json"),
         "workdir": str(Path.cwd()) if o.command is not None else None,
         "base_env": {k: v for k, v in env.items()
                      if k.startswith(BASE_ENV_PREFIXES) and k not in OWN_ENV},
         "autotune": _identity()}
-    return PlannedStudy(replace(plan, recipe=recipe), checked, report)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A study `submit_study` stored: its name, and the runs `restart` deleted (None: it
+    deleted nothing)."""
+
+    name: str
+    deleted: int | None = None
+
+
+def submit_study(storage: str, options: StudyOptions | None = None, *, restart: bool = False,
+                 **values: Any) -> Submitted:
+    """Store a study for a standing pool of workers to measure (`autotune study --submit`)
+    and return its name; nothing is measured or probed here.
+
+    The options are checked as `plan_study` checks them, but the preflight probe runs
+    where the workload will run: on the first worker that takes the study (`join_study`),
+    which then stores the plan it made. The default name counts `devices` (the probe
+    would count the devices JAX sees). Submitting a study that exists updates its recipe
+    (a new `priority`, say); `restart` deletes it first, its runs too.
+
+    Raises:
+        UsageError (and its kinds): as `plan_study`, before the probe.
+        StorageError: a bad URL or an unreachable database.
+        StudyMismatchError: a study of that name exists with other settings.
+    """
+    o = options if options is not None else StudyOptions.of(**values)
+    i = _Inputs.of(o)
+    name = o.name or default_name(i.space.name, i.workload.name, o.preset, o.devices)
+    deleted = None
+    with open_store(storage, must_exist=False, write=True) as store:
+        if restart and name in {s.name for s in store.list_studies()}:
+            from autotune.api.store import delete_study
+
+            deleted = delete_study(storage, name)
+        store.submit_study(name, i.space.name, i.workload.name, o.preset, o.devices, i.mode,
+                           _recipe(o, os.environ), objectives=[x.value for x in i.objectives],
+                           memory_budget_bytes=i.budget)
+    return Submitted(name, deleted)
 
 
 def default_name(space: str, workload: str, preset: str, devices: int) -> str:

@@ -144,8 +144,7 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
     run = runner.run_until_done if until_done else runner.run
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
         summary = run(on_trial=lambda ev: out.print(
-            f"trial {ev.done}/{ev.total}: {_last_text(ev)[6:]}, {_best_text(ev)}",
-            highlight=False), limit=limit)
+            f"trial {ev.done}/{ev.total}: {trial_text(ev)}", highlight=False), limit=limit)
         _print_summary(summary)
         return
     columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
@@ -182,6 +181,11 @@ def _best_text(ev: Any) -> str:
 def _last_text(ev: Any) -> str:
     shown = f"×{ev.speedup:.3f}" if ev.speedup else ev.outcome.kind.value
     return f"last: #{ev.number} {ev.role.value} {shown}"
+
+
+def trial_text(ev: Any) -> str:
+    """One trial's line after `trial N/M: ` (where the output is no terminal)."""
+    return f"{_last_text(ev)[6:]}, {_best_text(ev)}"
 
 
 def run_local_workers(store: Any, plan: Any, count: int) -> None:

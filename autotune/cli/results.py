@@ -245,22 +245,26 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
 
 def studies(storage: StorageOpt = DEFAULT_STORAGE,
             fmt: FormatOpt = OutputFormat.TABLE) -> None:
-    """List the studies in the database."""
+    """List the studies in the database: each one's state (queued, searching, confirming,
+    done, failed), trials measured of those asked for, and runs."""
     from rich.table import Table
 
     from autotune.results.table import study_row
 
     store = open_store(storage, must_exist=True)
-    rows = [study_row(rec, store.runs(rec.name)) for rec in store.list_studies()]
+    live = {claim.study_name for claim in store.live_claims()}
+    rows = [study_row(rec, store.runs(rec.name), rec.name in live)
+            for rec in store.list_studies()]
     if fmt is OutputFormat.JSON:
         print_json(rows)
         return
-    table = Table("study", "space", "benchmark", "preset", "devices", "trials", "runs",
+    table = Table("study", "state", "space", "benchmark", "preset", "dev", "trials", "runs",
                   "created")
     for row in rows:
-        table.add_row(literal(row["name"]), literal(row["space"]), literal(row["benchmark"]),
-                      literal(row["preset"]), str(row["devices"]), str(row["trials"]),
-                      str(row["runs"]), row["created"][:16].replace("T", " "))
+        trials = f"{row['counted']}/{row['target']}" if row["target"] else str(row["counted"])
+        table.add_row(literal(row["name"]), row["state"], literal(row["space"]),
+                      literal(row["benchmark"]), literal(row["preset"]), str(row["devices"]),
+                      trials, str(row["runs"]), row["created"][:16].replace("T", " "))
     out.print(table)
 
 

@@ -17,7 +17,8 @@ from autotune.cli._options import option_parameters
 from autotune.study.options import StudyOptions
 
 
-def study(*, storage: str, workers: int, prune: bool, restart: bool, **values: Any) -> None:
+def study(*, storage: str, workers: int, prune: bool, restart: bool, submit: bool,
+          **values: Any) -> None:
     """Tune the flags of SPACE on a benchmark; re-running the same command continues."""
     # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
     from autotune.api import plan_study
@@ -28,6 +29,9 @@ def study(*, storage: str, workers: int, prune: bool, restart: bool, **values: A
     if not prune:
         values["prune_margin"] = None
     options = StudyOptions.of(**values)
+    if submit:
+        _submit(options, storage, workers, restart)
+        return
     with out.status("checking the space's flags against the installed XLA..."):
         planned = plan_study(options)
     _progress.print_preflight(planned)
@@ -51,6 +55,24 @@ def study(*, storage: str, workers: int, prune: bool, restart: bool, **values: A
         runner.close()
 
 
+def _submit(options: StudyOptions, storage: str, workers: int, restart: bool) -> None:
+    """`--submit`: store the study for a standing pool of workers, measure nothing."""
+    from autotune.api.plan import submit_study
+    from autotune.ground.errors import UsageError
+
+    if workers > 1:
+        raise UsageError("--submit queues the study for a standing pool and measures nothing "
+                         "here: drop --workers, and start `autotune worker --storage URL` "
+                         "on the machines that measure")
+    done = submit_study(storage, options, restart=restart)
+    if done.deleted is not None:
+        out.print(f"--restart: deleted study '{literal(done.name)}' and its {done.deleted} runs",
+                  highlight=False)
+    out.print(f"submitted study '{literal(done.name)}': nothing is measured here. A standing "
+              f"pool measures it: `autotune worker --storage {literal(storage)}` on each "
+              "machine; `autotune studies` shows its state", highlight=False)
+
+
 def _own_parameters() -> list[inspect.Parameter]:
     """The options of `autotune study` that are not study options."""
     def option(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -66,6 +88,10 @@ def _own_parameters() -> list[inspect.Parameter]:
         option("restart", Annotated[bool, typer.Option(
             "--restart", help="Delete the study of this name first (its runs too) and start "
                               "over: a workload fixed after its baseline failed.")], False),
+        option("submit", Annotated[bool, typer.Option(
+            "--submit", help="Store the study for a standing pool of workers (`autotune "
+                             "worker` without --study) and exit; nothing is measured or "
+                             "probed here.")], False),
     ]
 
 

@@ -35,8 +35,15 @@ def follow_leader(leader: int) -> None:
         raise typer.Exit(1)
 
 
+#: Seconds a standing worker first waits when no study has work, and at most (it doubles).
+POLL_FIRST_S, POLL_MOST_S = 1.0, 30.0
+
+
 def worker(
-    study: Annotated[str, typer.Option(help="The study to work on (made by `autotune study`).")],
+    study: Annotated[str | None, typer.Option(
+        help="The study to work on (made by `autotune study`). Without it the worker is "
+             "one of a standing pool: it serves every open study of the database that "
+             "this machine can measure, one trial at a time.")] = None,
     storage: StorageOpt = DEFAULT_STORAGE,
     trials: Annotated[int | None, typer.Option(
         min=1, help="Launch at most N trials from this worker (default: until the study "
@@ -47,11 +54,21 @@ def worker(
     leader: Annotated[int | None, typer.Option(
         hidden=True, help="The pid of the `study --workers` that started this worker: it "
                           "stops (as on SIGTERM) when that process dies.")] = None,
+    studies: Annotated[str, typer.Option(
+        metavar="GLOB", help="Without --study: serve only the studies whose name matches "
+                             "this shell pattern.")] = "*",
+    until_idle: Annotated[bool, typer.Option(
+        help="Without --study: exit once no open study is left (default: wait for more, "
+             "polling with backoff).")] = False,
 ) -> None:
     """Join STUDY from any machine and measure its trials; the last worker to finish
-    confirms and shrinks the winner."""
+    confirms and shrinks the winner. Without --study, serve every open study (those
+    `autotune study --submit` queued too), the highest --priority first."""
     if leader is not None:
         follow_leader(leader)
+    if study is None:
+        serve(storage, studies, until_idle)
+        return
     # Imported when the command runs, so that `autotune --help` loads no Optuna or SQLAlchemy.
     from autotune.api import join_study
     from autotune.cli import _progress
@@ -73,6 +90,48 @@ def worker(
                   "confirms", highlight=False)
         return
     _progress.finish(runner, joined.after)
+
+
+def serve(storage: str, pattern: str, until_idle: bool) -> None:
+    """The standing pool's loop (`autotune.api.pool.Pool`): one piece of work at a time on
+    the first open study, one line per trial; when none has work for it now, wait,
+    doubling the wait from `POLL_FIRST_S` to `POLL_MOST_S` (a study whose trials other
+    workers hold is waited for: one may die, and its trial is taken over), or exit
+    (`until_idle`) once no open study is left. SIGTERM or Ctrl-C stop it between or
+    within trials, the trial in flight released as interrupted."""
+    import time
+
+    from autotune.api.pool import Pool
+    from autotune.cli import _progress
+
+    who = f"worker {literal(platform.node())}:{os.getpid()}"
+    pool = Pool(storage, pattern)
+    told: set[str] = set()
+    out.print(f"{who}: serving the open studies"
+              + ("" if pattern == "*" else f" matching '{literal(pattern)}'"), highlight=False)
+    wait = POLL_FIRST_S
+    try:
+        while True:
+            served = pool.serve_one(
+                on_trial=lambda name, ev: out.print(
+                    f"{who}: {literal(name)}: trial {ev.done}/{ev.total}: "
+                    f"{_progress.trial_text(ev)}", highlight=False),
+                watcher=_progress.lines())
+            for name in sorted(set(pool.refused) - told):
+                out.print(f"{who}: not serving study '{literal(name)}': "
+                          f"{literal(pool.refused[name])}", highlight=False)
+            told |= set(pool.refused)
+            if served is not None:
+                wait = POLL_FIRST_S
+                continue
+            if until_idle and not pool.candidates():  # open studies wait on other workers
+                out.print(f"{who}: no open study is left for this worker; exiting "
+                          "(--until-idle)", highlight=False)
+                return
+            time.sleep(wait)
+            wait = min(2 * wait, POLL_MOST_S)
+    finally:
+        pool.close()
 
 
 def confirm(

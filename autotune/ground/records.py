@@ -380,6 +380,15 @@ def sqlite_file(url: Any) -> bool:
                 and url.database not in (None, "", ":memory:"))
 
 
+#: Keys of a study's stored plan beside its settings: `submitted` marks a study that
+#: `autotune study --submit` stored and no process has planned yet; `finished` says that
+#: the phases after the search ended, for how many trials and when (`Store.mark_finished`).
+PLAN_SUBMITTED = "submitted"
+PLAN_FINISHED = "finished"
+
+#: A study's states (`results.table.study_state`), in the order a study goes through them.
+STUDY_STATES = ("queued", "searching", "confirming", "done", "failed")
+
 #: A RUNNING claim is live while its last heartbeat is at most this old (three beats
 #: missed: the process that holds it is gone or stuck); see `Store.live_claims`.
 LIVE_WITHIN_S = 3 * CLAIM_BEAT_S

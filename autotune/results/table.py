@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.flags.compose import effective_config
-from autotune.ground.records import FlagValue, Role, RunRecord, StudyRecord
+from autotune.ground.records import PLAN_FINISHED, FlagValue, Role, RunRecord, StudyRecord
 from autotune.results.confirmation import Confirmation
 from autotune.results.evidence import ProgramEvidence
 from autotune.results.ranking import (
@@ -187,19 +187,79 @@ def _step_figures(m: Any) -> dict[str, Any]:
     }
 
 
-def study_row(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
+def study_row(record: StudyRecord, runs: list[RunRecord], running: bool = False
+              ) -> dict[str, Any]:
     """One study as a plain row with stable keys (`studies --format json`).
 
     Keys: `name`, `space`, `benchmark`, `preset`, `devices`, `trials` (distinct
-    trial numbers measured), `runs` (every run, confirmation included) and
-    `created` (ISO 8601).
+    trial numbers measured), `counted` (the runs that count toward `--trials`:
+    `counted_trials`), `target` (the trials it was asked for, None where the study
+    keeps no recipe), `runs` (every run, confirmation included),
+    `state` (`study_state`; `running`: a process measures it now), `priority`
+    (for a standing pool of workers) and `created` (ISO 8601).
     """
     return {
         "name": record.name, "space": record.space, "benchmark": record.benchmark,
         "preset": record.preset, "devices": record.devices,
         "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
-        "runs": len(runs), "created": record.created_at.isoformat(),
+        "counted": counted_trials(runs), "target": target_trials(record), "runs": len(runs),
+        "state": study_state(record, runs, running), "priority": priority(record),
+        "created": record.created_at.isoformat(),
     }
+
+
+#: Roles whose trials count toward a study's `--trials` (racing counts each process).
+_BUDGET_TRIALS = frozenset({Role.BASELINE, Role.RECOMMENDED, Role.SEARCH})
+
+
+def _options(record: StudyRecord) -> dict[str, Any]:
+    recipe = (record.plan or {}).get("recipe") or {}
+    return dict(recipe.get("options") or {})
+
+
+def target_trials(record: StudyRecord) -> int | None:
+    """The trials the study was last asked for (its recipe's), None without a recipe."""
+    trials = _options(record).get("trials")
+    return trials if isinstance(trials, int) else None
+
+
+def priority(record: StudyRecord) -> int:
+    """The study's priority for a standing pool of workers (its recipe's; 0 without)."""
+    value = _options(record).get("priority")
+    return value if isinstance(value, int) else 0
+
+
+def study_state(record: StudyRecord, runs: list[RunRecord], running: bool) -> str:
+    """Where a study stands, one of `STUDY_STATES`:
+
+    - `queued`: nothing measured yet (submitted with `--submit`, or stopped before
+      its baseline), no process on it;
+    - `failed`: its baseline failed every time it ran, and no process is on it;
+    - `done`: the phases after the search ended for as many trials as it was asked
+      for (`Store.mark_finished`);
+    - `confirming`: the search holds every trial it was asked for, the phases after
+      it have not ended;
+    - `searching`: otherwise.
+    """
+    if not runs and not running:
+        return "queued"
+    baseline = [r for r in runs if r.role is Role.BASELINE]
+    if baseline and not any(r.outcome.ok for r in baseline) and not running:
+        return "failed"
+    target = target_trials(record)
+    finished = ((record.plan or {}).get(PLAN_FINISHED) or {}).get("trials")
+    if isinstance(finished, int) and (target is None or finished >= target):
+        return "done"
+    searched = counted_trials(runs)
+    return "confirming" if target is not None and searched >= target else "searching"
+
+
+def counted_trials(runs: list[RunRecord]) -> int:
+    """The study's measurements that count toward `--trials`: its baseline, recommended and
+    search trials (one each, however often a failed one was retried) and every racing
+    process."""
+    return len({r.trial_number for r in runs if r.role in _BUDGET_TRIALS}) + sum(
+        r.role is Role.RACE for r in runs)
 
 
 def best_row_json(row: BestRow) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from autotune.results.ranking import (
 )
 from autotune.results.shrink import Effect, Shrink, shrink
 from autotune.results.study_results import StudyResults, study_catalog
-from autotune.results.table import changed_flags, trial_rows
+from autotune.results.table import changed_flags, study_state, trial_rows
 
 #: How many messages of one failure kind a page lists (the count says how many there were).
 MESSAGES_PER_KIND = 5
@@ -276,7 +276,8 @@ def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[
     `best_confirmed` ({trial, speedup, interval, verdict} of the best
     confirmed configuration, None when nothing was confirmed),
     `recommended`, `last_activity` (ISO 8601) and `running` (a claim with a
-    current heartbeat). `order` is `ranking.ordered` of the study when the
+    current heartbeat) and `state` (`table.study_state`: queued, searching,
+    confirming, done or failed). `order` is `ranking.ordered` of the study when the
     caller has it.
     """
     if order is None:
@@ -293,7 +294,8 @@ def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[
             "recommended": recommend(runs, record.objectives, record.memory_budget_bytes,
                                      order=order).recommended,
             "last_activity": last_activity(runs, workers, record).isoformat(),
-            "running": any(w.live for w in workers)}
+            "running": any(w.live for w in workers),
+            "state": study_state(record, runs, any(w.live for w in workers))}
 
 
 def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from autotune.ground.records import (
     LIVE_WITHIN_S,
+    PLAN_FINISHED,
     ClaimRecord,
     ClaimState,
     ClaimVerdict,
@@ -162,8 +163,9 @@ class ClaimsMixin(StoreBase):
     @asked_again
     def version(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> str:
         """A token that changes whenever what a reader shows of the study changes: a run
-        stored, a claim taken, ended or released, a worker gone silent (`live_claims`).
-        Heartbeats of live workers alone do not change it.
+        stored, a claim taken, ended or released, a worker gone silent (`live_claims`),
+        the phases after the search ended (`mark_finished`). Heartbeats of live workers
+        alone do not change it.
 
         Aggregates over the study's indexed rows only; reads no run's contents.
 
@@ -172,7 +174,9 @@ class ClaimsMixin(StoreBase):
         """
         running = ClaimRow.state == str(ClaimState.RUNNING)
         with self._session() as session:
-            study_id = self._study_row(session, study_name).id
+            study = self._study_row(session, study_name)
+            study_id = study.id
+            finished = ((study.plan or {}).get(PLAN_FINISHED) or {}).get("at", "")
             runs = session.execute(select(func.count(RunRow.id), func.max(RunRow.id))
                                    .where(RunRow.study_id == study_id)).one()
             claims = session.execute(select(
@@ -180,7 +184,7 @@ class ClaimsMixin(StoreBase):
                 func.count(ClaimRow.id).filter(running),
                 func.count(ClaimRow.id).filter(_live(within_s)))
                 .where(ClaimRow.study_id == study_id)).one()
-            return ":".join(str(v) for v in (*runs, *claims))
+            return ":".join(str(v) for v in (*runs, *claims, finished))
 
     @asked_again
     def workers(self, study_name: str, within_s: float = LIVE_WITHIN_S) -> list[WorkerRecord]:

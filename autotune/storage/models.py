@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from autotune.ground.records import (
+    PLAN_FINISHED,
     ArtifactRecord,
     ClaimRecord,
     ClaimState,
@@ -180,8 +181,9 @@ class StudyRow(Base):
     PLAN_DEFAULTS: ClassVar[dict[str, Any]] = {"fit": True, "launcher": None,
                                                 "per_compile_open": []}
     #: Plan keys that are not settings to compare: how workers rebuild the plan
-    #: (`recipe`, rewritten by every `autotune study`).
-    NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe"})
+    #: (`recipe`, rewritten by every `autotune study`) and when the phases after the search
+    #: last ended (`finished`, `Store.mark_finished`).
+    NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe", PLAN_FINISHED})
 
     def differences(self, other: StudyRow) -> list[str]:
         """`setting mine (asked for other's)` for each setting in which the two studies differ.

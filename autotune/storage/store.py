@@ -22,6 +22,8 @@ from sqlalchemy import (
 )
 
 from autotune.ground.records import (
+    PLAN_FINISHED,
+    PLAN_SUBMITTED,
     MeasureMode,
     StudyRecord,
 )
@@ -43,6 +45,7 @@ from autotune.storage.models import (
     ClaimRow,
     RunRow,
     StudyRow,
+    utcnow,
 )
 from autotune.storage.runs import RunsMixin
 
@@ -146,8 +149,58 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
             plan=dict(plan) if plan is not None else None,
         )
         existing = self._get_or_insert(lambda session: _study_named(session, name), wanted)
+        if PLAN_SUBMITTED in (existing.plan or {}) and wanted.plan is not None:
+            return self._adopt(name, wanted)
         _check_same_settings(existing, wanted)
         return existing.to_record()
+
+    def submit_study(self, name: str, space: str, benchmark: str, preset: str, devices: int,
+                     mode: MeasureMode | str, recipe: Mapping[str, Any],
+                     objectives: Sequence[str] = ("time",),
+                     memory_budget_bytes: int | None = None) -> StudyRecord:
+        """Store a study that no process has planned yet (`autotune study --submit`): its
+        columns and the recipe workers rebuild it from, its plan marked `PLAN_SUBMITTED`. The
+        first process that prepares it stores the plan it made (`ensure_study`); until
+        then only the columns must match. A study that exists already gets the new recipe.
+
+        Raises:
+            StudyMismatchError: the study exists with other columns.
+        """
+        self.ensure_study(name, space, benchmark, preset, devices, mode, objectives=objectives,
+                          memory_budget_bytes=memory_budget_bytes)
+        with self._session() as session:
+            study = self._study_row(session, name)
+            plan = dict(study.plan or {PLAN_SUBMITTED: True})
+            study.plan = {**plan, "recipe": dict(recipe)}
+            return study.to_record()
+
+    def _adopt(self, name: str, wanted: StudyRow) -> StudyRecord:
+        """The first plan of a submitted study: `wanted`'s, beside the stored recipe (its
+        columns must match)."""
+        with self._session() as session:
+            study = self._study_row(session, name)
+            _check_same_settings(study, StudyRow(**{
+                key: getattr(wanted, key) for key in StudyRow.SETTINGS}, plan=None))
+            plan = dict(study.plan or {})
+            if PLAN_SUBMITTED in plan:
+                recipe = plan.get("recipe")
+                study.plan = {**dict(wanted.plan or {}),
+                              **({"recipe": recipe} if recipe is not None else {})}
+            study.space_backend = study.space_backend or wanted.space_backend
+            return study.to_record()
+
+    def mark_finished(self, name: str, trials: int) -> None:
+        """Note that the phases after the search (confirmation, shrinking, PGLE) ended for a
+        study of `trials` trials (`plan["finished"]`: the trials and when, UTC): a study
+        asked for more trials since is not done.
+
+        Raises:
+            StudyNotFoundError: no study called `name`.
+        """
+        with self._session() as session:
+            study = self._study_row(session, name)
+            study.plan = {**(study.plan or {}),
+                          PLAN_FINISHED: {"trials": trials, "at": utcnow().isoformat()}}
 
     @asked_again
     def get_study(self, name: str) -> StudyRecord:

@@ -28,7 +28,7 @@ NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
-    "shrink", "pgle", "keep_trial_files"})
+    "shrink", "pgle", "keep_trial_files", "priority"})
 
 #: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
 #: (the samplers are `autotune.study.samplers.NAMES`; a test keeps the two equal).
@@ -136,6 +136,9 @@ class StudyOptions(Options):
     shrink: bool = Field(True, description=(
         "After confirmation, drop the recommended configuration's flags that do not matter "
         "(compile without each, then time without each; paired mode)."))
+    priority: int = Field(0, description=(
+        "A standing pool of workers (`autotune worker` without --study) serves the study "
+        "of the highest priority first, then the one with the fewest trials in flight."))
     keep_trial_files: str | None = Field(None, description=(
         "Keep each trial's folder (full stdout and stderr, result, XLA's artifacts, "
         "flags.json) in this folder instead of deleting it."))

@@ -64,8 +64,15 @@ def open_runner(plan: StudyPlan, store: Store, facts: Environment | None) -> Stu
 
 def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None) -> None:
     """After the search: confirm the best `after.confirm`, shrink the recommendation and run
-    the PGLE phase, as `after` asks (nothing for a study of memory alone)."""
-    watch = watcher or Watcher()
+    the PGLE phase, as `after` asks (nothing for a study of memory alone); then, when the
+    search holds all its trials, note the study finished (`Store.mark_finished`: its
+    state is `done` until it is asked for more trials)."""
+    _after_search(runner, after, watcher or Watcher())
+    if runner.remaining() == 0:
+        runner.store.mark_finished(runner.plan.name, runner.plan.trials)
+
+
+def _after_search(runner: StudyRunner, after: AfterSearch, watch: Watcher) -> None:
     if not after.confirm or runner.plan.objectives == (Objective.MEMORY,):
         return
     if not runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed,
