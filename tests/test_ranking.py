@@ -626,7 +626,8 @@ def test_a_study_row_counts_trials_and_runs():
     record = StudyRecord("s", "cpu", "matmul", "tiny", 8, MeasureMode.PAIRED, WHEN)
     assert study_row(record, s.runs) == {
         "name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 8,
-        "trials": 8, "runs": 17, "created": "2026-01-01T00:00:00+00:00"}
+        "trials": 8, "counted": 8, "target": None, "runs": 17, "state": "searching",
+        "priority": 0, "created": "2026-01-01T00:00:00+00:00"}
 
 
 def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():

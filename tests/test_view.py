@@ -263,7 +263,8 @@ def test_the_header_and_the_summary_hold_exactly_these_keys():
         **HEADER, "environments": [], "trials": 8, "failed": 1, "stopped": 0, "runs": 24,
         "best_confirmed": {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
                            "verdict": "faster"},
-        "recommended": True, "last_activity": WHEN.isoformat(), "running": False}
+        "recommended": True, "last_activity": WHEN.isoformat(), "running": False,
+        "state": "searching"}
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, environment=HOST)
     s.add(Role.SEARCH, {FAST: True}, 0.9, environment=replace(HOST, host="h2"))
@@ -342,7 +343,7 @@ def test_a_run_on_the_trial_page_holds_its_figures_and_logs():
         "study": HEADER, "trial": 1, "role": "search", "flags": {FAST: True},
         "changed": {FAST: True}, "env": {"XLA_FLAGS": "--x"},
         "xla_flags": "--xla_cpu_enable_fast_math=true", "confirmation": None,
-        "same_program_as_baseline": False}
+        "same_program_as_baseline": False, "proposal": None}
     (got,) = page["runs"]
     assert {k: got[k] for k in ("run", "role", "outcome", "message", "created", "speedup",
                                 "duration_s", "exit_code", "signal", "where", "stdout_tail",

@@ -49,6 +49,7 @@ class Study:
                drop_unknown: bool = False, allow_backend_mismatch: bool = False,
                confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 16,
                prune_margin: float | None = 1.3, shrink: bool = True,
+               warm_start: bool = True, priority: int = 0,
                keep_trial_files: str | Path | None = None,
                trial_memory_limit: str | None = None, fit: bool = True, racing: bool = True,
                heartbeat_s: int = 30, launcher: str | None = None, pgle: int = 0) -> Study:

@@ -225,6 +225,55 @@ def export(
     _print_exported(target, document)
 
 
+def recommend(
+    device_kind: Annotated[str, typer.Option(
+        "--device-kind", help="The device kind of the new workload, as JAX names it (e.g. "
+                              "'NVIDIA H100 80GB HBM3', 'TPU v5e', 'cpu').")],
+    mesh: Annotated[int | None, typer.Option(
+        min=1, help="Its device count (default: any).")] = None,
+    collectives: Annotated[str, typer.Option(
+        help="Collective kinds its program holds, comma-separated (e.g. "
+             "all-gather,reduce-scatter): only studies whose baseline held them all count.")]
+    = "",
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Also write the export document here (yaml or json by its "
+                               "suffix) for `autotune apply`.")] = None,
+    storage: StorageOpt = DEFAULT_STORAGE,
+    fmt: FormatOpt = OutputFormat.TABLE,
+) -> None:
+    """What this database's confirmed results recommend for a new workload of a shape: the
+    flags most of its studies of that device kind confirmed, with the evidence."""
+    from autotune.api.learned import recommend_for
+    from autotune.results.export import ExportFormat, render_export
+
+    kinds = [k.strip() for k in collectives.split(",") if k.strip()]
+    document = recommend_for(storage, device_kind, mesh, kinds)
+    if output is not None:
+        suffix = ExportFormat.JSON if output.suffix == ".json" else ExportFormat.YAML
+        output.write_text(render_export(document, suffix))
+    if fmt is OutputFormat.JSON:
+        print_json(document)
+        return
+    say(("recommended: " if document["recommended"] else "not recommended: ")
+        + literal(document["reason"]))
+    out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
+              highlight=False)
+    evidence = document["learned"]["evidence"]
+    if evidence:
+        from rich.table import Table
+
+        agreeing = set(document["learned"]["agreeing"])
+        table = Table("study", "trial", "confirmed", "interval", "devices", "agrees")
+        for e in evidence:
+            table.add_row(literal(e["study"]), str(e["trial"]), f"×{e['speedup']:.3f}",
+                          f"[{e['interval'][0]:.3f}, {e['interval'][1]:.3f}]",
+                          f"{e['devices']} {literal(e['device_kind'] or '-')}",
+                          "yes" if e["study"] in agreeing else "no")
+        out.print(table)
+    if output is not None:
+        out.print(f"wrote {literal(output)}", highlight=False)
+
+
 def _print_exported(output: Path, document: dict[str, Any]) -> None:
     """One line for what was written and whether it is recommended, one for the flags."""
     measured = document["measured"]

@@ -385,6 +385,8 @@ def sqlite_file(url: Any) -> bool:
 #: the phases after the search ended, for how many trials and when (`Store.mark_finished`).
 PLAN_SUBMITTED = "submitted"
 PLAN_FINISHED = "finished"
+#: ... and `warm_start` the earlier studies a warm start drew from (`Store.save_warm_start`).
+PLAN_WARM = "warm_start"
 
 #: A study's states (`results.table.study_state`), in the order a study goes through them.
 STUDY_STATES = ("queued", "searching", "confirming", "done", "failed")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.ground.records import RunRecord, StudyRecord
+from autotune.ground.records import PLAN_WARM, RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.pgle import study_verdicts, verdict_text
@@ -52,7 +52,20 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
     notes.append(memory_note(runs, rows))
     notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
                           noise_note(rows), backend_note(record, runs)) if n is not None]
-    return notes + fit_notes(record) + pgle_notes(runs)
+    return notes + fit_notes(record) + warm_notes(record) + pgle_notes(runs)
+
+
+def warm_notes(record: StudyRecord) -> list[Note]:
+    """Where a warm start came from (kind `warm_start`): the earlier studies whose
+    confirmed configurations the search began with, the most alike first."""
+    drawn = (record.plan or {}).get(PLAN_WARM) or []
+    if not drawn:
+        return []
+    named = "; ".join(f"'{d.get('study')}' trial {d.get('trial')} (likeness "
+                      f"{d.get('likeness')} of 3)" for d in drawn)
+    return [Note("warm_start", f"warm start: the search began with the confirmed "
+                 f"configurations of {named}, each measured and confirmed here like any "
+                 "other (--no-warm-start: from nothing)")]
 
 
 #: What each source of a peak-memory figure measures (`child.program.memory_figures`).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,15 +210,40 @@ class Space:
         """
         if not self.recommended:
             return None
-        values = self._recommended_values()
+        return self.params_for(self.recommended)
+
+    def params_for(self, config: Mapping[str, FlagValue],
+                   default_of: Callable[[str], FlagValue | None] = lambda flag: None
+                   ) -> dict[str, Any] | None:
+        """The Optuna params that make `sample` set this space's flags as `config` does.
+
+        A flag of the space that `config` leaves out is unset where its param may
+        be, and otherwise at `default_of(flag)` (XLA's default) where the param
+        takes that value. None when `config` gives a value the space cannot take,
+        or sets a group's members in a way none of its choices does. Flags of
+        `config` outside the space are ignored: the caller compares what
+        `sample` gives with what it wanted.
+        """
+        grouped = {m for unit in self.units if unit.group for m in unit.group.params}
+        values: dict[str, FlagValue | None] = {}
+        for name, p in self.params.items():
+            value = config.get(p.flag)
+            if value is None and name not in grouped and not p.allow_unset:
+                default = default_of(p.flag)
+                value = default if default is not None and p.contains(default) else None
+            elif value is not None and name not in grouped and not p.contains(value):
+                return None
+            values[name] = value
         params: dict[str, Any] = {}
         for unit in self.units:
             if not unit.is_active(values):
                 continue
             if unit.group is None:
                 params[unit.key] = self.params[unit.key].to_optuna(values[unit.key])
+            elif (choice := unit.group.choice_of(values)) is not None:
+                params[unit.key] = choice
             else:
-                params[unit.key] = unit.group.choice_of(values)
+                return None
         return params
 
     def _recommended_values(self) -> Values:

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from autotune.ground.records import (
     PLAN_FINISHED,
     PLAN_SUBMITTED,
+    PLAN_WARM,
     MeasureMode,
     StudyRecord,
 )
@@ -188,6 +189,18 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
                               **({"recipe": recipe} if recipe is not None else {})}
             study.space_backend = study.space_backend or wanted.space_backend
             return study.to_record()
+
+    def save_warm_start(self, name: str, drawn: Sequence[Mapping[str, Any]]) -> None:
+        """Record the earlier studies a warm start drew from (`plan["warm_start"]`, JSON-
+        ready), unless a process of the study recorded them already (the first wins).
+
+        Raises:
+            StudyNotFoundError: no study called `name`.
+        """
+        with self._session() as session:
+            study = self._study_row(session, name)
+            if PLAN_WARM not in (study.plan or {}):
+                study.plan = {**(study.plan or {}), PLAN_WARM: [dict(d) for d in drawn]}
 
     def mark_finished(self, name: str, trials: int) -> None:
         """Note that the phases after the search (confirmation, shrinking, PGLE) ended for a

@@ -28,7 +28,7 @@ NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
-    "shrink", "pgle", "keep_trial_files", "priority"})
+    "shrink", "pgle", "keep_trial_files", "priority", "warm_start"})
 
 #: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
 #: (the samplers are `autotune.study.samplers.NAMES`; a test keeps the two equal).
@@ -136,6 +136,10 @@ class StudyOptions(Options):
     shrink: bool = Field(True, description=(
         "After confirmation, drop the recommended configuration's flags that do not matter "
         "(compile without each, then time without each; paired mode)."))
+    warm_start: bool = Field(True, description=(
+        "Begin the search with the confirmed configurations of the database's earlier "
+        "studies on this backend and device kind, the most alike workloads first "
+        "(--no-warm-start: from nothing). They are measured and confirmed like any other."))
     priority: int = Field(0, description=(
         "A standing pool of workers (`autotune worker` without --study) serves the study "
         "of the highest priority first, then the one with the fewest trials in flight."))

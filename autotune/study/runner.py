@@ -61,6 +61,7 @@ from autotune.study.race import race
 from autotune.study.samplers import make_sampler
 from autotune.study.search import Search, StudyView
 from autotune.study.trials import TrialJudge
+from autotune.study.warm import WarmConfig, warm_configs
 
 #: Proposals in a row that repeat measured configurations before a study stops.
 MAX_REPEATED_PROPOSALS = 100
@@ -91,6 +92,7 @@ class StudyRunner:
         self.choice = plan.sampler_choice()
         self.search = Search(self.ctx, self.choice, plan.space)
         self._fit: SpaceFit | None = None
+        self._warm: list[WarmConfig] | None = None
         self._rdb: Any = None  # Optuna's RDB storage, once opened here
         #: Told the fit once this process adopts it (progress displays).
         self.on_fit: Callable[[SpaceFit], None] | None = None
@@ -196,6 +198,7 @@ class StudyRunner:
                 self.fit_space(study)  # once: before anything is sampled
                 if not self.space.params and not self.space.groups:
                     return RunSummary(launched, reused, EMPTY_FIT_NOTE)
+                self.warm_start()  # once, on the fitted space
             step, run = self._round(study, view)
             if step == "exhausted":
                 if self._waited_for_others_budget():
@@ -272,6 +275,22 @@ class StudyRunner:
         if self.on_fit is not None:
             self.on_fit(self._fit)
         return self._fit
+
+    def warm_start(self) -> list[WarmConfig]:
+        """The earlier studies' configurations this study's search begins with, found once
+        the baseline is measured and the space fitted (`autotune.study.warm`), recorded
+        with the study (`Store.save_warm_start`); none with the option `warm_start` off.
+        Computed once per process."""
+        if self._warm is None:
+            self._warm = []
+            if self.plan.options.warm_start:
+                record = self.store.get_study(self.plan.name)
+                self._warm = warm_configs(self.store, record, self.ctx.runs(), self.space,
+                                          self.ctx.judge.catalog)
+            if self._warm:
+                self.store.save_warm_start(self.plan.name, [w.to_json() for w in self._warm])
+            self.search.warm = self._warm
+        return self._warm
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,

@@ -50,6 +50,7 @@ from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_value
 from autotune.study.plan import BASELINE_KEY, TrialEvent
 from autotune.study.reap import owner_text, reap
 from autotune.study.samplers import SamplerChoice, grid_order
+from autotune.study.warm import WarmConfig
 
 
 @dataclass
@@ -90,6 +91,8 @@ class Search:
         self.choice = choice
         self.space = space
         self._grid: list[tuple[dict[str, Any], str]] | None = None
+        #: a warm start's configurations (`autotune.study.warm`), queued before sampling
+        self.warm: list[WarmConfig] = []
         #: run id -> its `stopping.running_ratios`, for the median prune curve
         self._running: dict[int, list[float]] = {}
 
@@ -202,6 +205,8 @@ class Search:
         if rec is not None and not has_role(study, Role.RECOMMENDED):
             study.enqueue_trial(rec, user_attrs={"role": Role.RECOMMENDED.value})
             return True
+        if self._enqueue_warm(study, index):
+            return True
         if not self.choice.is_grid:
             return True
         point = next((params for params, key in self._grid_points()
@@ -209,6 +214,19 @@ class Search:
         if point is not None:
             study.enqueue_trial(point, user_attrs={"role": Role.SEARCH.value})
         return point is not None
+
+    def _enqueue_warm(self, study: optuna.Study, index: MeasuredIndex) -> bool:
+        """Queue the next warm-start configuration not queued, measured or in flight yet;
+        False when none is left."""
+        queued = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
+        for warm in self.warm:
+            label = f"{warm.study}#{warm.trial}"
+            if label in queued or warm.key in index.runs or warm.key in index.in_flight:
+                continue
+            study.enqueue_trial(warm.params, user_attrs={"role": Role.SEARCH.value,
+                                                         "warm_start": label})
+            return True
+        return False
 
     def _grid_points(self) -> list[tuple[dict[str, Any], str]]:
         """The grid in its seeded order, each point with its effective-configuration key."""

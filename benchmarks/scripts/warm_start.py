@@ -1,0 +1,176 @@
+"""Warm start from a sibling study: what a new study's user gets after a few processes.
+
+    python benchmarks/scripts/warm_start.py                       # every pair below
+    python benchmarks/scripts/warm_start.py --seeds 1000-1019 --budgets 3,10 --json
+
+For each pair of sibling tables (the same workload at two presets, and two
+workloads of one family), and each report seed, one database holds two real
+`StudyRunner` studies whose trials `TableLauncher` answers from the recorded
+tables (`replay_study.py`):
+
+1. the **sibling**, a study of the first table as `autotune study` runs it by
+   default (`--trials 40`, then confirmation: `replay_study.CONFIRM_*`);
+2. the **new study** of the second table, planned with `--trials B` for each
+   budget B (default 3 and 10: the baseline counts, so 3 is the baseline and two
+   more processes) and confirmed the same way, once with a warm start from the
+   sibling (`autotune.study.warm`: its confirmed recommendation queued first) and
+   once without (`--no-warm-start`), from the same seed.
+
+Per pair and budget it prints the share of seeds whose final answer is right
+(`outcome.summary`: within 2% of the table's optimum, or XLA's defaults where
+nothing is 2% faster), the median captured gain, the share truly slower than
+the defaults and the median device-seconds, with and without the warm start, and
+the sibling's own share right (a warm start can pass on only what the sibling
+found). Both directions of each pair are run. Every figure is on report seeds
+no setting of autotune was chosen on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import outcome  # noqa: E402  (sibling scripts, not a package)
+from replay_study import (  # noqa: E402
+    CONFIRM_MAX,
+    CONFIRM_REPEATS,
+    CONFIRM_TOP,
+    loaded,
+    parse_seeds,
+    seeds_text,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ROOT / "benchmarks/tables"
+#: (sibling, new study): the same workload at two presets, then two workloads of a family
+PAIRS = (("lj-md-small.json.gz", "lj-md-tiny.json.gz"),
+         ("norm-act-small.json", "norm-residual-small.json.gz"),
+         ("attention-small.json.gz", "transformer-small.json"),
+         ("gated-mlp-small.json.gz", "mlp-dp-small.json"))
+SIBLING_TRIALS = 40
+REPORT_SEEDS = "1000-1019"
+
+
+def _environment() -> Any:
+    """The one machine every replayed study runs on (a warm start matches backend and
+    device kind)."""
+    from autotune.ground.records import Environment
+
+    return Environment("replay", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
+
+
+def _study(store: Any, path: Path, name: str, trials: int, seed: int, warm: bool) -> str:
+    """One confirmed study of the table at `path` in `store`; the key of its answer."""
+    import optuna
+
+    from autotune.flags.compose import config_key, effective_config
+    from autotune.launch.replay import TableLauncher
+    from autotune.results.ranking import recommend
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
+
+    table, space, catalog = loaded(str(path))
+    plan = StudyPlan.of(name=name, space=space, workload=table.workload(ROOT), trials=trials,
+                        sampler="auto", seed=seed, warm_start=warm,
+                        preset=table.meta["preset"], devices=table.meta["devices"])
+    runner = StudyRunner(plan, store, TableLauncher(table, catalog, seed=seed),
+                         optuna.storages.InMemoryStorage(), facts=_environment())
+    runner.run()
+    runner.confirm(CONFIRM_TOP, CONFIRM_REPEATS, cap=CONFIRM_MAX)
+    rec = recommend(store.runs(name))
+    return "" if rec.run is None else config_key(effective_config(rec.run.flags, catalog))
+
+
+def one_seed(job: tuple[str, str, int, tuple[int, ...]]) -> dict[str, Any]:
+    """One seed of a pair: the sibling's answer, and the new study's with and without a
+    warm start at each budget (true ratios and device-seconds)."""
+    from autotune.storage.store import Store
+
+    sibling, new, seed, budgets = job
+    answers: dict[str, Any] = {"budgets": {}}
+    with Store.open("sqlite://") as store:
+        key = _study(store, TABLES / sibling, "sibling", SIBLING_TRIALS, seed, False)
+        answers["sibling"] = loaded(str(TABLES / sibling))[0].true_ratio(key)
+        for warm in (True, False):
+            for budget in budgets:
+                name = f"new-{budget}-{warm}"
+                got = _study(store, TABLES / new, name, budget, seed, warm)
+                seconds = sum(r.outcome.duration_s for r in store.runs(name))
+                drawn = (store.get_study(name).plan or {}).get("warm_start") or []
+                store.delete_study(name)  # the next new study's only sibling is the sibling
+                answers["budgets"].setdefault(str(budget), {})["warm" if warm else "cold"] = {
+                    "true_ratio": loaded(str(TABLES / new))[0].true_ratio(got),
+                    "kept": got == "", "device_seconds": seconds, "drew": len(drawn)}
+    return answers
+
+
+def pair_report(sibling: str, new: str, seeds: list[int], budgets: list[int],
+                jobs: int) -> dict[str, Any]:
+    """Every figure of one pair (see the module docstring)."""
+    work = [(sibling, new, seed, tuple(budgets)) for seed in seeds]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            done = list(pool.map(one_seed, work))
+    else:
+        done = [one_seed(job) for job in work]
+    defaults, optimum = outcome.truths(loaded(str(TABLES / new))[0])
+    sib_defaults, sib_optimum = outcome.truths(loaded(str(TABLES / sibling))[0])
+    report: dict[str, Any] = {
+        "sibling": sibling, "new": new, "seeds": seeds_text(seeds),
+        "new_gain": round(1 - optimum / defaults, 4),
+        "sibling_right": outcome.summary([d["sibling"] for d in done], [0.0] * len(done),
+                                         sib_defaults, sib_optimum,
+                                         [False] * len(done))["right"],
+        "budgets": {}}
+    for budget in budgets:
+        row = {}
+        for kind in ("warm", "cold"):
+            got = [d["budgets"][str(budget)][kind] for d in done]
+            row[kind] = outcome.summary([g["true_ratio"] for g in got],
+                                        [g["device_seconds"] for g in got], defaults, optimum,
+                                        [g["kept"] for g in got])
+            row[kind]["drew"] = statistics.median(g["drew"] for g in got)
+        report["budgets"][str(budget)] = row
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default=REPORT_SEEDS)
+    parser.add_argument("--budgets", default="3,10")
+    parser.add_argument("--pairs", default="all",
+                        help="'all', or indices into PAIRS (0,2), each run both ways")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    seeds = parse_seeds(args.seeds)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    chosen = PAIRS if args.pairs == "all" else [PAIRS[int(i)] for i in args.pairs.split(",")]
+    reports = [pair_report(a, b, seeds, budgets, args.jobs)
+               for pair in chosen for a, b in (pair, pair[::-1])]
+    if args.json:
+        print(json.dumps(reports, indent=1))
+        return
+    print(f"{'sibling -> new study':48} {'B':>3} {'right warm/cold':>16} "
+          f"{'gain warm/cold':>15} {'slower':>7} {'dev-s w/c':>11} {'drew':>5}")
+    for r in reports:
+        for budget, row in r["budgets"].items():
+            w, c = row["warm"], row["cold"]
+            gain = "/".join("-" if x["captured_gain"] is None
+                            else f"{x['captured_gain']['median']:.2f}" for x in (w, c))
+            print(f"{r['sibling'][:22] + ' -> ' + r['new'][:22]:48} {budget:>3} "
+                  f"{w['right']:>7.0%}/{c['right']:<7.0%} {gain:>15} "
+                  f"{max(w['slower'], c['slower']):>7.0%} "
+                  f"{w['device_seconds']:>5.0f}/{c['device_seconds']:<5.0f} {w['drew']:>5}")
+        print(f"  (the sibling right on {r['sibling_right']:.0%}; the new table's optimum "
+              f"{r['new_gain']:.1%} faster than its defaults)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Warm start (issue 34): a new study measures first what earlier studies confirmed.
+
+Real `StudyRunner` studies on recorded tables (`TableLauncher` answers the trials from
+processes measured on a real machine), two studies in one database: the sibling is
+searched and confirmed, then the new study begins with the sibling's recommendation
+mapped onto its space, records where it came from, and says so in `best`'s notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import FixedTrial
+
+from autotune.flags.catalog import load_catalog
+from autotune.flags.compose import config_key, effective_config
+from autotune.ground.records import (
+    PLAN_WARM,
+    Environment,
+    Measurement,
+    MeasureMode,
+    OutcomeKind,
+    Role,
+    RunRecord,
+    StudyRecord,
+    TrialOutcome,
+)
+from autotune.launch.replay import ReplayTable, TableLauncher
+from autotune.results.notes import study_notes
+from autotune.results.ranking import recommend
+from autotune.spaces import load_space
+from autotune.storage import Store
+from autotune.study.plan import StudyPlan
+from autotune.study.runner import StudyRunner
+from autotune.study.warm import likeness
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ReplayTable.load(ROOT / "benchmarks/tables/norm-act-small.json")
+SPACE = load_space(str(ROOT / TABLE.meta["space"]))
+CATALOG = load_catalog()
+CPU = Environment("replay", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 1)
+GPU = replace(CPU, backend="gpu", device_kind="NVIDIA H100")
+WHEN = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _runner(store: Store, name: str, trials: int, seed: int, facts: Environment = CPU,
+            **options: object) -> StudyRunner:
+    plan = StudyPlan.of(name=name, space=SPACE, workload=TABLE.workload(ROOT), trials=trials,
+                        sampler="random", seed=seed, preset="small", devices=1, **options)
+    return StudyRunner(plan, store, TableLauncher(TABLE, CATALOG, seed=seed),
+                       optuna.storages.InMemoryStorage(), facts=facts)
+
+
+def _sibling(store: Store, facts: Environment = CPU) -> RunRecord:
+    """A searched and confirmed sibling study whose recommendation is a configuration."""
+    for seed in range(20):
+        runner = _runner(store, f"sibling-{seed}", 30, seed, facts)
+        runner.run()
+        runner.confirm(3, 2, cap=16)
+        rec = recommend(store.runs(f"sibling-{seed}"))
+        if rec.recommended and rec.run is not None:
+            return rec.run
+        store.delete_study(f"sibling-{seed}")
+    raise AssertionError("no seed of 20 confirmed a configuration on norm-act")
+
+
+def _key(flags: dict) -> str:
+    return config_key(effective_config(flags, CATALOG))
+
+
+def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        donor = _sibling(store)
+        runner = _runner(store, "new", 4, 99)
+        runner.run()
+        runs = [r for r in store.runs("new") if r.role is Role.SEARCH]
+        assert _key(dict(runs[0].flags)) == _key(dict(donor.flags))  # first, before sampling
+        record = store.get_study("new")
+        assert record.plan is not None
+        assert [(d["study"], d["trial"]) for d in record.plan[PLAN_WARM]] == [
+            (donor.study_name, donor.trial_number)]
+        notes = [n.text for n in study_notes(record, store.runs("new"), []) if
+                 n.kind == "warm_start"]
+        assert notes and f"'{donor.study_name}' trial {donor.trial_number}" in notes[0]
+        cold = _runner(store, "cold", 4, 99, warm_start=False)
+        cold.run()
+        assert cold.warm_start() == [] and PLAN_WARM not in (store.get_study("cold").plan or {})
+
+
+def test_a_sibling_measured_on_another_device_kind_is_not_drawn_from(tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        _sibling(store, facts=GPU)
+        runner = _runner(store, "new", 3, 99)
+        runner.run()
+        assert runner.warm_start() == []
+        assert PLAN_WARM not in (store.get_study("new").plan or {})
+
+
+def test_every_configuration_of_the_space_maps_back_onto_it():
+    """`Space.params_for` is the inverse of `sample` on the table's space: each of the
+    table's configurations (effective flags) comes back as itself."""
+    def default_of(flag: str) -> object:
+        return CATALOG.get(flag).default if flag in CATALOG else None
+
+    for flags in TABLE.flags.values():
+        params = SPACE.params_for(flags, default_of)  # type: ignore[arg-type]
+        assert params is not None, flags
+        got = effective_config(SPACE.sample(FixedTrial(params)), CATALOG)
+        assert config_key(got) == config_key(effective_config(dict(flags), CATALOG)), flags
+    assert SPACE.params_for({"xla_backend_optimization_level": 7}) is None  # not in the space
+
+
+def _baseline(ops: dict[str, int], devices: int = 1) -> RunRecord:
+    m = Measurement(step_times_s=(1.0,), compile_time_s=1.0, mode=MeasureMode.PAIRED,
+                    baseline_step_times_s=(1.0,), hlo_stats=ops)
+    return RunRecord(1, "s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, "", m),
+                     WHEN, replace(CPU, device_count=devices))
+
+
+def _study(benchmark: str, preset: str) -> StudyRecord:
+    return StudyRecord("s", "cpu", benchmark, preset, 1, MeasureMode.PAIRED, WHEN)
+
+
+def test_likeness_ranks_the_same_workload_and_program_first():
+    ops = {"fusion": 12, "dot": 4, "reduce": 2}
+    same = likeness((_study("lj-md", "tiny"), _baseline(ops)),
+                    (_study("lj-md", "small"), _baseline(ops)))
+    family = likeness((_study("norm-act", "small"), _baseline(ops)),
+                      (_study("norm-residual", "small"), _baseline({**ops, "add": 3})))
+    other = likeness((_study("conv", "tiny"), _baseline({"convolution": 9})),
+                     (_study("lj-md", "small"), _baseline(ops, devices=8)))
+    assert same == pytest.approx(2.5)  # programs alike (1), workload (1), devices (0.5)
+    assert 1.9 < family < 2.0 and other == 0.0
+
+
+def test_recommend_names_what_the_databases_confirmed_studies_agree_on(tmp_path: Path):
+    """`autotune recommend`: the flags the confirmed studies of a device kind recommend, as
+    an export document `load_config` reads, with the evidence; XLA's defaults for a shape
+    no study confirmed anything on."""
+    import json
+
+    from cli_runner import invoke
+
+    from autotune.api.config import load_config
+    from autotune.results.export import export_document
+
+    url = f"sqlite:///{tmp_path / 'learned.db'}"
+    with Store.open(url) as store:
+        donor = _sibling(store)
+        exported = export_document(store.get_study(donor.study_name),
+                                   store.runs(donor.study_name), CATALOG)
+    done = invoke("recommend", "--device-kind", "cpu", "--mesh", "1", "--storage", url,
+                  "--format", "json", "-o", str(tmp_path / "learned.yaml"), cwd=tmp_path)
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.output)
+    assert document["recommended"] is True and document["flags"] == exported["flags"]
+    assert document["learned"]["agreeing"] == [donor.study_name]
+    [evidence] = document["learned"]["evidence"]
+    assert (evidence["study"], evidence["devices"]) == (donor.study_name, 1)
+    assert evidence["interval"] == exported["measured"]["speedup_interval"]
+    assert load_config(tmp_path / "learned.yaml").flags == exported["flags"]
+    for shape in (["--device-kind", "NVIDIA H100"], ["--device-kind", "cpu", "--mesh", "8"],
+                  ["--device-kind", "cpu", "--collectives", "all-gather"]):
+        other = json.loads(invoke("recommend", *shape, "--storage", url, "--format", "json",
+                                  cwd=tmp_path).output)
+        assert (other["recommended"], other["flags"], other["learned"]["evidence"]) == (
+            False, {}, []), shape
+    table = invoke("recommend", "--device-kind", "cpu", "--storage", url, cwd=tmp_path)
+    assert table.exit_code == 0 and "recommended: " in table.output
+    assert donor.study_name in table.output
