@@ -193,6 +193,10 @@ def test_a_chart_point_names_its_trial_and_opens_its_page(browser: Any, server: 
         assert trials and all(isinstance(t, int) for t in trials)
         ranked = [row["trial"] for row in best_json(db, folder)]
         assert set(trials) <= set(ranked)  # one point per program, its best row's trial
+        line = p.page.evaluate("document.getElementById('chart-progress').data[1]")
+        assert line["name"] == "best so far (pooled, backed)"
+        incumbents = [t for t in line["customdata"] if t is not None]
+        assert incumbents and set(incumbents) <= set(ranked)  # the line names its trial
         # a click as Plotly reports one: its handler opens the point's trial
         p.page.evaluate("""() => {
             const el = document.getElementById('chart-progress');
