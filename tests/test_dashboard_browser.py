@@ -149,6 +149,11 @@ def test_no_page_logs_a_console_error(browser: Any, server: str, db: str, folder
         p.page.goto(server + f"/study/{NAME}", wait_until="networkidle")
         assert p.page.locator("#chart-progress .main-svg").count() >= 1  # plotly drew
         assert p.page.locator("#chart-scatter .main-svg").count() >= 1
+        assert p.page.locator("#chart-timeline .main-svg").count() >= 1
+        lanes = p.page.evaluate("""() => document.getElementById('chart-timeline').data
+            .map(t => [t.name, t.y.length, t.customdata.every(Number.isInteger)])""")
+        assert {name for name, _, _ in lanes} >= {"baseline", "search"}, lanes
+        assert all(n > 0 and ints for _, n, ints in lanes), lanes
 
 
 def test_the_best_table_equals_best_format_json(browser: Any, server: str, db: str,

@@ -15,10 +15,13 @@ from test_ranking import FAST, LEVEL, WIDTH, MiB, Runs, measurement, tiered_stud
 
 from autotune.flags.catalog import load_catalog
 from autotune.ground.records import (
+    ClaimRecord,
+    ClaimState,
     Environment,
     MeasureMode,
     OutcomeKind,
     Role,
+    RunRecord,
     StudyRecord,
     WorkerRecord,
 )
@@ -36,6 +39,7 @@ from autotune.results.view import (
     study_header,
     study_page,
     study_summary,
+    timeline,
     trial_page,
 )
 
@@ -103,6 +107,26 @@ def test_best_so_far_starts_with_the_baseline_and_keeps_to_the_memory_budget():
         s.add(Role.RACE, {LEVEL: 1}, 0.9, trial=0, m=measurement(0.9, memory=10 * MiB))
     assert [p["best"] for p in best_so_far(s.runs)] == [None, 1.0, 1.0, pytest.approx(1 / 0.9)]
     assert [p["best"] for p in best_so_far(s.runs, memory_budget=MiB)] == [None, 1.0, 1.0, 1.0]
+
+
+def test_the_timeline_is_one_bar_per_measured_claim_by_worker_and_phase():
+    s = Runs()
+    base = s.add(Role.BASELINE, {}, 1.0)
+    race = s.add(Role.RACE, {FAST: True}, 0.9, trial=1)
+
+    def claim(i: int, role: Role, run: RunRecord | None, host: str, at: int) -> ClaimRecord:
+        return ClaimRecord(i, "s", "env", f"k{i}", role, {}, None if run is None else
+                           run.trial_number, ClaimState.DONE if run else ClaimState.RUNNING,
+                           host, 7, None if run is None else run.id,
+                           WHEN + timedelta(seconds=at))
+
+    bars = timeline(s.runs, [claim(2, Role.RACE, race, "b", 5), claim(1, Role.BASELINE, base,
+                                                                       "a", 1),
+                             claim(3, Role.SEARCH, None, "a", 9)])  # still running: no bar
+    assert [(b["worker"], b["role"], b["trial"], b["outcome"]) for b in bars] == [
+        ("a:7", "baseline", 0, "ok"), ("b:7", "race", 1, "ok")]
+    assert bars[0]["start"] == (WHEN + timedelta(seconds=1)).isoformat()
+    assert bars[0]["end"] == base.created_at.isoformat()
 
 
 def test_failures_group_by_kind_most_frequent_first_with_distinct_messages():
@@ -291,7 +315,8 @@ def test_the_recommendation_holds_exactly_these_keys():
                   "processes; the numerics guard passed"}
     assert sorted(page) == ["best", "best_so_far", "contributions", "failures", "notes",
                             "programs", "progress", "recommendation", "scatter", "space_fit",
-                            "study", "summary"]
+                            "study", "summary", "timeline"]
+    assert page["timeline"] == []  # no claims given
     assert page["study"] == HEADER and page["summary"]["trials"] == 8
     assert page["notes"][0] == {"kind": "outcomes",
                                 "text": "runs by outcome: numerics_mismatch: 1, ok: 23"}

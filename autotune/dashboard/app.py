@@ -164,7 +164,8 @@ class Reader:
             entry = self._entry(name)
             if entry.page is None:
                 entry.page = study_page(entry.record, entry.runs, self.catalog,
-                                        self.store.workers(name))
+                                        self.store.workers(name),
+                                        claims=self.store.claims(name))
                 entry.summary = entry.page["summary"]
             return entry.page
 

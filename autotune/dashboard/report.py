@@ -31,7 +31,8 @@ def study_page(store: Store, name: str) -> dict[str, Any]:
     from autotune.results.view import study_page as view
 
     runs = store.runs(name)
-    page = view(store.get_study(name), runs, load_catalog(), store.workers(name))
+    page = view(store.get_study(name), runs, load_catalog(), store.workers(name),
+                claims=store.claims(name))
     page["made"] = made(sorted({r.environment.jaxlib_version for r in runs if r.environment}))
     return page
 

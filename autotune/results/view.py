@@ -19,6 +19,7 @@ from typing import Any
 
 from autotune.flags.compose import config_key, render_value, xla_flags_string
 from autotune.ground.records import (
+    ClaimRecord,
     Environment,
     Measurement,
     OutcomeKind,
@@ -191,6 +192,29 @@ def best_so_far(runs: Sequence[RunRecord], memory_budget: int | None = None
     return points
 
 
+#: The most claims the timeline draws (the latest): a chart of 10,000 bars says no more.
+TIMELINE_MOST = 2000
+
+
+def timeline(runs: Sequence[RunRecord], claims: Sequence[ClaimRecord]) -> list[dict[str, Any]]:
+    """Who measured what, when: one bar per claim that measured a run (the latest
+    `TIMELINE_MOST`), oldest first. Keys: `worker` (`host:pid` of the process that held
+    the claim), `role` (the phase: baseline, search, race, confirm, shrink...), `trial`,
+    `start` (when it was claimed) and `end` (when its run was stored), ISO 8601, and
+    `outcome` (the run's kind). A claim still running has no bar."""
+    stored = {run.id: run for run in runs}
+    bars: list[dict[str, Any]] = []
+    for claim in claims:
+        run = stored.get(claim.run_id) if claim.run_id is not None else None
+        if run is None:
+            continue
+        bars.append({"worker": f"{claim.owner_host}:{claim.owner_pid}",
+                     "role": claim.role.value, "trial": claim.trial_number,
+                     "start": claim.claimed_at.isoformat(), "end": run.created_at.isoformat(),
+                     "outcome": run.outcome.kind.value})
+    return sorted(bars, key=lambda b: str(b["start"]))[-TIMELINE_MOST:]
+
+
 def scatter(record: StudyRecord, runs: list[RunRecord]) -> dict[str, Any]:
     """Step time against peak memory: one point per compiled program and the baseline.
 
@@ -299,14 +323,16 @@ def study_summary(record: StudyRecord, runs: list[RunRecord], workers: Sequence[
 
 
 def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
-               workers: Sequence[WorkerRecord] = (), limit: int = 10) -> dict[str, Any]:
+               workers: Sequence[WorkerRecord] = (), limit: int = 10,
+               claims: Sequence[ClaimRecord] = ()) -> dict[str, Any]:
     """Everything the study page shows.
 
     Keys: `study` (header), `summary` (as on the studies page), `recommendation`,
     `best` (exactly `best --format json` for the same `limit`), `programs`
     (for each row's trial, the other trials of its program: see
     `program_groups`), `notes` ({kind, text}), `best_so_far`,
-    `scatter`, `contributions`, `failures`, `progress`, `space_fit` (what fitting the
+    `scatter`, `timeline` (who measured what, when, from `claims`), `contributions`,
+    `failures`, `progress`, `space_fit` (what fitting the
     search space to the workload dropped or clipped and why, `results.fitted.fit_json`;
     None when the study has no fit). The charts show the main environment's runs
     (`ranking.main_runs`): step times and ratios of two environments do not compare.
@@ -325,6 +351,7 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         # one environment's ratios: comparable
         "best_so_far": best_so_far(main_runs(runs), record.memory_budget_bytes),
         "scatter": scatter(record, main_runs(runs)),
+        "timeline": timeline(runs, claims),
         "contributions": contributions(rec, state),
         "failures": failures(runs),
         "progress": progress(runs, workers),

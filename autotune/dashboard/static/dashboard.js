@@ -54,6 +54,27 @@
     clickThrough("chart-progress");
   }
 
+  // One horizontal bar per measurement, from its claim to its stored run, a row per worker.
+  function timelineChart(bars) {
+    if (!bars || !bars.length || !document.getElementById("chart-timeline")) return;
+    var roles = [];
+    bars.forEach(function (b) { if (roles.indexOf(b.role) < 0) roles.push(b.role); });
+    plot("chart-timeline", roles.map(function (role) {
+      var mine = bars.filter(function (b) { return b.role === role; });
+      return {
+        type: "bar", orientation: "h", name: role,
+        y: mine.map(function (b) { return b.worker; }),
+        base: mine.map(function (b) { return b.start; }),
+        x: mine.map(function (b) { return Math.max(1, Date.parse(b.end) - Date.parse(b.start)); }),
+        customdata: mine.map(function (b) { return b.trial; }),
+        text: mine.map(function (b) { return b.outcome; }),
+        hovertemplate: "trial %{customdata} (" + role + "): %{text}<extra></extra>"
+      };
+    }), {barmode: "overlay", xaxis: {type: "date", title: {text: "time"}},
+         yaxis: {title: {text: "worker"}, automargin: true}});
+    clickThrough("chart-timeline");
+  }
+
   // The unit the tables use for sizes (KiB, MiB, GiB: powers of 1024), fitted to `most`.
   function binaryUnit(most) {
     var names = ["B", "KiB", "MiB", "GiB", "TiB"], k = 0;
@@ -202,6 +223,7 @@
 
   var d = data();
   progressChart(d.best_so_far);
+  timelineChart(d.timeline);
   scatterChart(d.scatter);
   stepCharts(d.runs);
   intervalBars();
