@@ -154,6 +154,9 @@ def test_no_page_logs_a_console_error(browser: Any, server: str, db: str, folder
             .map(t => [t.name, t.y.length, t.customdata.every(Number.isInteger)])""")
         assert {name for name, _, _ in lanes} >= {"baseline", "search"}, lanes
         assert all(n > 0 and ints for _, n, ints in lanes), lanes
+        flags = p.page.evaluate("""() => [...document.querySelectorAll('#chart-slices .slice')]
+            .map(el => [el.dataset.flag, el.data[0].x.length])""")
+        assert flags and all(n > 0 for _, n in flags), flags
 
 
 def test_the_best_table_equals_best_format_json(browser: Any, server: str, db: str,

@@ -36,6 +36,7 @@ from autotune.results.view import (
     program_groups,
     progress,
     scatter,
+    slices,
     study_header,
     study_page,
     study_summary,
@@ -127,6 +128,22 @@ def test_the_timeline_is_one_bar_per_measured_claim_by_worker_and_phase():
         ("a:7", "baseline", 0, "ok"), ("b:7", "race", 1, "ok")]
     assert bars[0]["start"] == (WHEN + timedelta(seconds=1)).isoformat()
     assert bars[0]["end"] == base.created_at.isoformat()
+
+
+def test_each_flags_slice_plots_its_values_against_the_speedups_most_moving_first():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 512}, 0.8)
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 128}, 0.82)
+    s.add(Role.SEARCH, {WIDTH: 512}, 1.0)
+    s.add(Role.SEARCH, {LEVEL: 1}, None, kind=OutcomeKind.PRUNED)  # timed nothing whole
+    s.add(Role.CONFIRM, {FAST: True, WIDTH: 512}, 0.5, trial=1)  # not the search's
+    got = slices(s.runs, CATALOG)
+    assert [g["flag"] for g in got] == [FAST, WIDTH]  # fast math moved the median most
+    assert [(p["value"], p["trial"]) for p in got[0]["points"]] == [
+        ("true", 1), ("true", 2), ("default", 3)]
+    assert {p["value"] for p in got[1]["points"]} == {"512", "128"}
+    assert got[0]["points"][0]["speedup"] == pytest.approx(1.25)
 
 
 def test_failures_group_by_kind_most_frequent_first_with_distinct_messages():
@@ -314,8 +331,8 @@ def test_the_recommendation_holds_exactly_these_keys():
         "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
                   "processes; the numerics guard passed"}
     assert sorted(page) == ["best", "best_so_far", "contributions", "failures", "notes",
-                            "programs", "progress", "recommendation", "scatter", "space_fit",
-                            "study", "summary", "timeline"]
+                            "programs", "progress", "recommendation", "scatter", "slices",
+                            "space_fit", "study", "summary", "timeline"]
     assert page["timeline"] == []  # no claims given
     assert page["study"] == HEADER and page["summary"]["trials"] == 8
     assert page["notes"][0] == {"kind": "outcomes",

@@ -11,6 +11,7 @@ Keys are stable (the dashboard's `/api/...` routes return them as JSON).
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, fields
@@ -192,6 +193,37 @@ def best_so_far(runs: Sequence[RunRecord], memory_budget: int | None = None
     return points
 
 
+#: The most flags the slice plots show (those whose values moved the speedup most first).
+SLICES_MOST = 12
+
+
+def slices(runs: Sequence[RunRecord], catalog: Any) -> list[dict[str, Any]]:
+    """Each flag's slice of the search: the speedup of every timed search process against
+    the value it gave the flag (`default` where it left XLA's), as Optuna's slice plot
+    shows a param. One entry per flag that took at least two values: `flag`, `points`
+    ({value, speedup, trial}, in run order); the flags whose median speedup differs most
+    between their values first, at most `SLICES_MOST`."""
+    by_flag: dict[str, list[tuple[str, float, int | None]]] = defaultdict(list)
+    timed = [r for r in runs if r.role in (Role.SEARCH, Role.RECOMMENDED) and r.outcome.ok
+             and r.speedup is not None]
+    flags = {f for r in timed for f in changed_flags(r.flags, catalog)}
+    for run in timed:
+        changed = changed_flags(run.flags, catalog)
+        for flag in flags:
+            value = render_value(changed[flag]) if flag in changed else "default"
+            by_flag[flag].append((value, float(run.speedup or 0.0), run.trial_number))
+    shown = []
+    for flag, points in by_flag.items():
+        medians = [statistics.median(s for v, s, _ in points if v == value)
+                   for value in {v for v, _, _ in points}]
+        if len(medians) > 1:
+            shown.append((max(medians) - min(medians), flag, points))
+    shown.sort(key=lambda e: (-e[0], e[1]))
+    return [{"flag": flag, "points": [{"value": v, "speedup": s, "trial": t}
+                                      for v, s, t in points]}
+            for _, flag, points in shown[:SLICES_MOST]]
+
+
 #: The most claims the timeline draws (the latest): a chart of 10,000 bars says no more.
 TIMELINE_MOST = 2000
 
@@ -331,7 +363,8 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
     `best` (exactly `best --format json` for the same `limit`), `programs`
     (for each row's trial, the other trials of its program: see
     `program_groups`), `notes` ({kind, text}), `best_so_far`,
-    `scatter`, `timeline` (who measured what, when, from `claims`), `contributions`,
+    `scatter`, `timeline` (who measured what, when, from `claims`), `slices` (each
+    flag's values against the speedups they gave), `contributions`,
     `failures`, `progress`, `space_fit` (what fitting the
     search space to the workload dropped or clipped and why, `results.fitted.fit_json`;
     None when the study has no fit). The charts show the main environment's runs
@@ -352,6 +385,7 @@ def study_page(record: StudyRecord, runs: list[RunRecord], catalog: Any,
         "best_so_far": best_so_far(main_runs(runs), record.memory_budget_bytes),
         "scatter": scatter(record, main_runs(runs)),
         "timeline": timeline(runs, claims),
+        "slices": slices(main_runs(runs), catalog),
         "contributions": contributions(rec, state),
         "failures": failures(runs),
         "progress": progress(runs, workers),

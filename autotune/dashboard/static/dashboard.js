@@ -54,6 +54,31 @@
     clickThrough("chart-progress");
   }
 
+  // One small chart per flag: the speedup of each search process against the flag's value.
+  function sliceCharts(slices) {
+    var box = document.getElementById("chart-slices");
+    if (!slices || !slices.length || !box) return;
+    slices.forEach(function (slice, i) {
+      var el = document.createElement("div");
+      el.id = "chart-slice-" + i;
+      el.className = "chart slice";
+      el.dataset.base = box.dataset.base;
+      el.dataset.flag = slice.flag;
+      box.appendChild(el);
+      plot(el, [{
+        type: "scatter", mode: "markers", name: slice.flag,
+        x: slice.points.map(function (p) { return p.value; }),
+        y: slice.points.map(function (p) { return p.speedup; }),
+        customdata: slice.points.map(function (p) { return p.trial; }),
+        hovertemplate: "trial %{customdata}: " + slice.flag + "=%{x}, ×%{y:.3f}<extra></extra>",
+        marker: {color: "#1f5fbf", opacity: 0.6}
+      }], {showlegend: false, margin: {l: 50, r: 10, t: 30, b: 40},
+           title: {text: slice.flag, font: {size: 12}},
+           xaxis: {type: "category"}, yaxis: {title: {text: "speedup"}}});
+      clickThrough(el.id);
+    });
+  }
+
   // One horizontal bar per measurement, from its claim to its stored run, a row per worker.
   function timelineChart(bars) {
     if (!bars || !bars.length || !document.getElementById("chart-timeline")) return;
@@ -224,6 +249,7 @@
   var d = data();
   progressChart(d.best_so_far);
   timelineChart(d.timeline);
+  sliceCharts(d.slices);
   scatterChart(d.scatter);
   stepCharts(d.runs);
   intervalBars();
