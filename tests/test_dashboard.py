@@ -541,20 +541,10 @@ def test_every_view_of_a_recorded_table_study_tells_one_story(tmp_path: Path):
     from measured processes) reads the same in all five views."""
     import optuna
 
-    from autotune.flags.catalog import load_catalog
-    from autotune.launch.replay import ReplayTable, TableLauncher
-    from autotune.spaces import load_space
-    from autotune.study.plan import StudyPlan
-    from autotune.study.runner import StudyRunner
-
-    root = Path(__file__).resolve().parents[1]
-    table = ReplayTable.load(root / "benchmarks/tables/norm-act-small.json")
-    plan = StudyPlan.of(name="recorded", space=load_space(str(root / table.meta["space"])),
-                        workload=table.workload(root), trials=30, sampler="auto", seed=2)
     url = f"sqlite:///{tmp_path / 'recorded.db'}"
     with Store.open(url) as store:
-        runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=2),
-                             optuna.storages.InMemoryStorage())
+        runner = _norm_act_study(store, "recorded", 30, "auto", 2,
+                                 optuna.storages.InMemoryStorage())
         runner.run()
         runner.confirm(3, 2, cap=16)
     rows = _views_agree(url, "recorded", tmp_path)
@@ -568,21 +558,12 @@ def test_a_proposal_that_reused_a_measurement_opens_the_trial_that_measured_it(t
     page is the page of the trial whose measurement they reused, saying so."""
     import optuna
 
-    from autotune.flags.catalog import load_catalog
-    from autotune.launch.replay import ReplayTable, TableLauncher
-    from autotune.spaces import load_space
     from autotune.storage._optuna import rdb_storage
-    from autotune.study.plan import StudyPlan
-    from autotune.study.runner import StudyRunner
 
-    root = Path(__file__).resolve().parents[1]
-    table = ReplayTable.load(root / "benchmarks/tables/norm-act-small.json")
-    plan = StudyPlan.of(name="reuse", space=load_space(str(root / table.meta["space"])),
-                        workload=table.workload(root), trials=12, sampler="random", seed=0)
     url = f"sqlite:///{tmp_path / 'reuse.db'}"
     with Store.open(url) as store:
-        summary = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=0),
-                              rdb_storage(url, create=True)).run()
+        summary = _norm_act_study(store, "reuse", 12, "random", 0,
+                                  rdb_storage(url, create=True)).run()
         ids = {run.id: run.trial_number for run in store.runs("reuse")}
     assert summary.reused >= 2
     reused = {t.number: t.user_attrs["reused_run_id"] for t in optuna.load_study(
@@ -597,3 +578,21 @@ def test_a_proposal_that_reused_a_measurement_opens_the_trial_that_measured_it(t
         measured = next(iter(ids.values()))
         assert c.get(f"/api/study/reuse/trial/{measured}").json()["proposal"] is None
         assert c.get("/study/reuse/trial/999").status_code == 404
+
+
+def _norm_act_study(store: Store, name: str, trials: int, sampler: str, seed: int,
+                    optuna_storage: Any) -> Any:
+    """A real `StudyRunner` on `store` whose trials the recorded norm-act table answers."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.launch.replay import ReplayTable, TableLauncher
+    from autotune.spaces import load_space
+    from autotune.study.plan import StudyPlan
+    from autotune.study.runner import StudyRunner
+
+    root = Path(__file__).resolve().parents[1]
+    table = ReplayTable.load(root / "benchmarks/tables/norm-act-small.json")
+    plan = StudyPlan.of(name=name, space=load_space(str(root / table.meta["space"])),
+                        workload=table.workload(root), trials=trials, sampler=sampler,
+                        seed=seed)
+    return StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=seed),
+                       optuna_storage)
