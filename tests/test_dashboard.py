@@ -372,6 +372,12 @@ def test_a_report_of_a_missing_study_exits_2_naming_it(db: str, tmp_path: Path):
     assert bad.exit_code == 2 and "unknown report format 'pdf'" in bad.output
 
 
+def test_importance_without_an_optuna_study_says_why(client: TestClient):
+    got = client.get("/api/study/s/importance").json()
+    assert got["available"] is False and "no Optuna trials" in got["reason"]
+    assert got["flags"] == [] and client.get("/api/study/nope/importance").status_code == 404
+
+
 def test_the_studies_api_lists_each_study_once(client: TestClient, db: str):
     names = [row["name"] for row in client.get("/api/studies").json()]
     assert sorted(names) == sorted(["s", "t", EVIL])
@@ -578,6 +584,12 @@ def test_a_proposal_that_reused_a_measurement_opens_the_trial_that_measured_it(t
         measured = next(iter(ids.values()))
         assert c.get(f"/api/study/reuse/trial/{measured}").json()["proposal"] is None
         assert c.get("/study/reuse/trial/999").status_code == 404
+        # the importance chart's data: `autotune importance --format json`, and more
+        chart = c.get("/api/study/reuse/importance").json()
+    cli = json.loads(invoke("importance", "reuse", "--storage", url, "--format", "json",
+                            cwd=tmp_path).output)
+    assert chart["available"] is True and chart["flags"]
+    assert {k: v for k, v in chart.items() if k != "available"} == cli
 
 
 def _norm_act_study(store: Store, name: str, trials: int, sampler: str, seed: int,

@@ -157,6 +157,10 @@ def test_no_page_logs_a_console_error(browser: Any, server: str, db: str, folder
         flags = p.page.evaluate("""() => [...document.querySelectorAll('#chart-slices .slice')]
             .map(el => [el.dataset.flag, el.data[0].x.length])""")
         assert flags and all(n > 0 for _, n in flags), flags
+        p.page.wait_for_selector("#chart-importance .main-svg", timeout=30_000)
+        ranked = p.page.evaluate("document.getElementById('chart-importance').data[0].y")
+        assert ranked and all(isinstance(param, str) and param for param in ranked), ranked
+        assert p.errors == []
 
 
 def test_the_best_table_equals_best_format_json(browser: Any, server: str, db: str,

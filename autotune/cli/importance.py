@@ -40,54 +40,22 @@ def importance(
     minimises memory alone, UsageError (exit 2). The time ratio is read from
     the study's objectives wherever it stands (`memory,time` puts it second).
     """
-    from autotune.ground.errors import UsageError
-    from autotune.results.importance import (
-        compared_trials,
-        flag_effects,
-        importance_json,
-        noise_level,
-    )
-    from autotune.storage._optuna import load_trials
+    from autotune.api.importance import importance as study_importance
 
     store = open_store(storage, must_exist=True)
-    record = store.get_study(study_name)
-    if "time" not in record.objectives:
-        raise UsageError(f"study {study_name!r} minimises peak memory only; importance ranks "
-                         "flags by their effect on step time, which its trials do not optimise. "
-                         "Use a study run with --objective time or time,memory")
-    trials = compared_trials(load_trials(store.url, study_name))
-    enough = len(trials) >= 2
-    runs = store.runs(study_name)
-    noise = noise_level(runs) if enough else None
-    effects = flag_effects(trials, noise, objective_index=record.objectives.index("time")) \
-        if enough else []
-    ablation = _ablation(record, runs)
+    found = study_importance(store, study_name)
     if fmt is OutputFormat.JSON:
-        print_json(importance_json(study_name, len(trials), noise, effects, ablation))
+        print_json(found.to_json())
         return
-    _print_ablation(ablation)
-    if not enough:
-        out.print(f"nothing to compare yet: study {literal(repr(study_name))} has {len(trials)} "
-                  "complete search trial(s) and flag importance needs at least 2; run more trials "
-                  "(the same `autotune study` command with a larger --trials)", highlight=False)
+    _print_ablation(found.ablation)
+    if not found.enough:
+        out.print(f"nothing to compare yet: study {literal(repr(study_name))} has "
+                  f"{found.trials} complete search trial(s) and flag importance needs at least "
+                  "2; run more trials (the same `autotune study` command with a larger "
+                  "--trials)", highlight=False)
         return
-    _print_table(study_name, effects, noise)
-    _print_notes(len(trials), noise)
-
-
-def _ablation(record: Any, runs: list[Any]) -> dict[str, Any]:
-    """The recommendation's shrinking as `ablation_json` (read from the stored runs)."""
-    from autotune.flags.catalog import load_catalog
-    from autotune.results.importance import ablation_json
-    from autotune.results.ranking import recommend
-    from autotune.results.shrink import shrink
-    from autotune.results.study_results import study_catalog
-
-    rec = recommend(runs, record.objectives, record.memory_budget_bytes)
-    if rec.run is None:
-        return ablation_json(None, f"nothing to ablate: {rec.reason}")
-    catalog = study_catalog(load_catalog(), record)
-    return ablation_json(shrink(runs, rec.run, catalog), rec.reason)
+    _print_table(study_name, found.effects, found.noise)
+    _print_notes(found.trials, found.noise)
 
 
 def _print_ablation(ablation: dict[str, Any]) -> None:

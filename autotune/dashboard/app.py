@@ -104,6 +104,7 @@ class _Cached:
     runs: list[RunRecord]
     page: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
+    importance: dict[str, Any] | None = None
 
 
 class Reader:
@@ -168,6 +169,23 @@ class Reader:
                                         claims=self.store.claims(name))
                 entry.summary = entry.page["summary"]
             return entry.page
+
+    def importance(self, name: str) -> dict[str, Any]:
+        """`importance --format json` of the study, once per version, with `available`
+        (false, with the `reason`, where there is nothing to rank: a study of memory
+        alone, or one whose search Optuna does not hold)."""
+        from autotune.api.importance import importance
+
+        with self._lock:
+            entry = self._entry(name)
+            if entry.importance is None:
+                try:
+                    found = {**importance(self.store, name).to_json(), "available": True}
+                except AutotuneError as exc:  # memory alone; no Optuna study of that name
+                    found = {"study": name, "available": False, "reason": exc.message,
+                             "flags": []}
+                entry.importance = found
+            return entry.importance
 
     def summary(self, name: str) -> dict[str, Any]:
         """`view.study_summary` of the study (its line on the studies page), once per
@@ -356,6 +374,15 @@ def api_trial(request: Request) -> Response:
     return JSONResponse(_trial(request))
 
 
+def api_importance(request: Request) -> Response:
+    """Each flag's share of the search's variance and the paired ablation (as
+    `autotune importance --format json`), for the study page's importance chart."""
+    name = _name(request)
+    reader = _reader(request)
+    _study_or_404(reader, name)
+    return JSONResponse(reader.importance(name))
+
+
 def api_study_version(request: Request) -> Response:
     name = _name(request)
     reader = _reader(request)
@@ -416,6 +443,8 @@ def routes() -> list[Route | Mount]:
         Route("/api/version", api_version, methods=get, name="api_version"),
         Route("/api/studies", api_studies, methods=get),
         Route("/api/study/{name:path}/trial/{number:int}", api_trial, methods=get),
+        Route("/api/study/{name:path}/importance", api_importance, methods=get,
+              name="api_importance"),
         Route("/api/study/{name:path}/version", api_study_version, methods=get,
               name="api_study_version"),
         Route("/api/study/{name:path}", api_study, methods=get),

@@ -54,6 +54,33 @@
     clickThrough("chart-progress");
   }
 
+  // Each flag's share of the search's variance, fetched (it needs Optuna's trials).
+  function importanceChart() {
+    var el = document.getElementById("chart-importance");
+    if (!el || !el.dataset.src || typeof fetch !== "function") return;
+    fetch(el.dataset.src).then(function (r) { return r.json(); }).then(function (doc) {
+      if (!doc.available || !doc.flags.length) {
+        el.textContent = doc.reason || "nothing to rank yet: fewer than two complete search trials";
+        el.className = "muted";
+        return;
+      }
+      var flags = doc.flags.slice().reverse();
+      plot(el, [{
+        type: "bar", orientation: "h", name: "share of variance",
+        y: flags.map(function (f) { return f.param; }),
+        x: flags.map(function (f) { return f.variance_share; }),
+        text: flags.map(function (f) {
+          var times = function (r) { return r ? "×" + (1 / r).toFixed(3) : "-"; };
+          return "best " + f.best_value + " (" + times(f.best_ratio) + "), worst " +
+            f.worst_value + " (" + times(f.worst_ratio) + ")";
+        }),
+        hovertemplate: "%{y}: %{x:.2f} of the variance; %{text}<extra></extra>",
+        marker: {color: flags.map(function (f) { return f.above_noise ? "#1f5fbf" : "#c5d3e8"; })}
+      }], {showlegend: false, xaxis: {title: {text: "share of variance"}, range: [0, 1]},
+           yaxis: {automargin: true}});
+    }).catch(function () { el.textContent = "the importance could not be read"; });
+  }
+
   // One small chart per flag: the speedup of each search process against the flag's value.
   function sliceCharts(slices) {
     var box = document.getElementById("chart-slices");
@@ -250,6 +277,7 @@
   progressChart(d.best_so_far);
   timelineChart(d.timeline);
   sliceCharts(d.slices);
+  importanceChart();
   scatterChart(d.scatter);
   stepCharts(d.runs);
   intervalBars();
