@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+from urllib.request import urlopen
 
 import pytest
 
@@ -156,10 +157,15 @@ def test_no_page_logs_a_console_error(browser: Any, server: str, db: str, folder
         assert all(n > 0 and ints for _, n, ints in lanes), lanes
         flags = p.page.evaluate("""() => [...document.querySelectorAll('#chart-slices .slice')]
             .map(el => [el.dataset.flag, el.data[0].x.length])""")
-        assert flags and all(n > 0 for _, n in flags), flags
-        p.page.wait_for_selector("#chart-importance .main-svg", timeout=30_000)
-        ranked = p.page.evaluate("document.getElementById('chart-importance').data[0].y")
-        assert ranked and all(isinstance(param, str) and param for param in ranked), ranked
+        api = json.loads(urlopen(server + f"/api/study/{NAME}").read())
+        assert flags == [[s["flag"], len(s["points"])] for s in api["slices"]], flags
+        importance = json.loads(urlopen(server + f"/api/study/{NAME}/importance").read())
+        if importance["available"] and importance["flags"]:
+            p.page.wait_for_selector("#chart-importance .main-svg", timeout=30_000)
+            drawn = p.page.evaluate("document.getElementById('chart-importance').data[0].y")
+            assert drawn == [f["param"] for f in reversed(importance["flags"])]
+        else:  # a study of four real trials may hold fewer than two to compare
+            p.page.wait_for_selector("#chart-importance.muted", timeout=30_000)
         assert p.errors == []
 
 
@@ -206,9 +212,12 @@ def test_a_chart_point_names_its_trial_and_opens_its_page(browser: Any, server: 
         ranked = [row["trial"] for row in best_json(db, folder)]
         assert set(trials) <= set(ranked)  # one point per program, its best row's trial
         line = p.page.evaluate("document.getElementById('chart-progress').data[1]")
-        assert line["name"] == "best so far (pooled, backed)"
-        incumbents = [t for t in line["customdata"] if t is not None]
-        assert incumbents and set(incumbents) <= set(ranked)  # the line names its trial
+        assert line["name"] == "best so far (pooled, backed)" and line["customdata"]
+        # each point names the study's answer then: a ranked trial, or XLA's defaults (a
+        # study of four real trials may keep them throughout, as it did in one CI run)
+        for trial, text in zip(line["customdata"], line["text"], strict=True):
+            assert (text == "XLA's defaults") if trial is None else (
+                trial in ranked and text.startswith(f"trial {trial}, pooled over ")), text
         # a click as Plotly reports one: its handler opens the point's trial
         p.page.evaluate("""() => {
             const el = document.getElementById('chart-progress');
