@@ -217,7 +217,10 @@ class Search:
 
     def _enqueue_warm(self, study: optuna.Study, index: MeasuredIndex) -> bool:
         """Queue the next warm-start configuration not queued, measured or in flight yet;
-        False when none is left."""
+        False when none is left. Reads Optuna's trials only while a warm start is pending:
+        it runs before every search step."""
+        if not self.warm:
+            return False
         queued = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
         for warm in self.warm:
             label = f"{warm.study}#{warm.trial}"
