@@ -651,3 +651,49 @@ def test_the_budget_reaches_every_trial_but_the_baseline_and_untimed_ones_are_no
     assert all(r.ratio is None for r in untimed)
     assert not any(r.outcome.kind is OutcomeKind.OVER_BUDGET for r in ranked(runs, budget))
     assert over_budget(runs, budget) == len(untimed)
+
+
+# --- local search: the incumbent's neighbours before the sampler's proposals ----------------
+
+def _key(flags: Mapping[str, FlagValue]) -> str:
+    return config_key(effective_config(dict(flags), load_catalog()))
+
+
+def test_local_search_measures_the_defaults_neighbours_first(small_space, tmp_path, monkeypatch):
+    monkeypatch.setattr("autotune.study.search.LOCAL_SEARCH", "on")
+    launcher = ModelLauncher(tradeoff)
+    runner, _ = study(small_space, tmp_path, launcher, sampler="tpe", trials=5, seed=7)
+    runner.run()
+    # one decision from XLA's defaults: each level (3 is the default), fast math on
+    near = {_key({LEVEL: 0}), _key({LEVEL: 1}), _key({LEVEL: 2}), _key({FAST: True})}
+    assert launcher.launched[0] == ""
+    assert set(launcher.launched[1:]) == near
+    trials = optuna_study(store := Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")).trials
+    assert sum(bool(t.user_attrs.get("local")) for t in trials) == 4
+    store.close()
+
+
+def test_local_search_moves_to_the_incumbent_once_racing_backs_it(small_space, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.setattr("autotune.study.search.LOCAL_SEARCH", "on")
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="tpe", trials=10, seed=7,
+                          racing=True)
+    runner.run()
+    runs = sorted(store.runs("s"), key=lambda r: r.id)
+    fast = _key({FAST: True})
+    backed_at = [i for i, r in enumerate(runs) if _key(r.flags) == fast][2]  # 3 processes
+    after = [r for r in runs[backed_at + 1:] if r.role is Role.SEARCH]
+    # fast math (0.8) is the incumbent: next come its neighbours, fast math at each level
+    assert len(after) >= 3 and all(r.flags.get(FAST) is True for r in after[:3])
+    assert {_key(r.flags) for r in after[:3]} == {_key({FAST: True, LEVEL: v}) for v in (0, 1, 2)}
+    local = {t.user_attrs.get("run_id") for t in optuna_study(store).trials
+             if t.user_attrs.get("local")}
+    assert {r.id for r in after[:3]} <= local  # queued by the local search, not sampled
+
+
+def test_local_search_off_leaves_the_proposals_to_the_sampler(small_space, tmp_path):
+    launcher = ModelLauncher(tradeoff)
+    runner, store = study(small_space, tmp_path, launcher, sampler="tpe", trials=5, seed=7)
+    runner.run()
+    assert not any(t.user_attrs.get("local") for t in optuna_study(store).trials)

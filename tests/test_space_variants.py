@@ -281,3 +281,65 @@ def test_preflight_drops_a_variant_whose_value_the_probe_rejected():
     assert checked.space.groups["pipe"].variants == {}
     assert all(c.get(ALLOW) != "kAuto" for c in (
         sample(checked.space, p) for p in checked.space.grid()))
+
+
+# --- neighbours: one decision away (the local search's moves) --------------------------------
+
+NEAR_SPACE = """\
+schema_version: 1
+name: near
+backend: any
+params:
+  xla_backend_optimization_level: {type: categorical, choices: [0, 1, 2, 3], allow_unset: true}
+  xla_cpu_enable_fast_math: {type: bool}
+  xla_cpu_fast_math_honor_nans: {type: bool}
+  xla_cpu_fast_math_honor_infs: {type: bool}
+  xla_gpu_all_reduce_combine_threshold_bytes:
+    {type: pow2_bytes, min: 1024, max: 1073741824, allow_unset: true}
+groups:
+  relaxed:
+    params: [xla_cpu_fast_math_honor_nans, xla_cpu_fast_math_honor_infs]
+    values: {xla_cpu_fast_math_honor_nans: false, xla_cpu_fast_math_honor_infs: false}
+conditions:
+  - param: xla_cpu_fast_math_honor_nans
+    when: {xla_cpu_enable_fast_math: true}
+  - param: xla_cpu_fast_math_honor_infs
+    when: {xla_cpu_enable_fast_math: true}
+"""
+LEVEL, FAST, COMBINE = ("xla_backend_optimization_level", "xla_cpu_enable_fast_math",
+                        "xla_gpu_all_reduce_combine_threshold_bytes")
+
+
+def _differs(a: dict, b: dict) -> set[str]:
+    return {k for k in {*a, *b} if a.get(k, "gone") != b.get(k, "gone")}
+
+
+def test_neighbours_change_one_decision_and_bring_what_it_switches_on():
+    space = load_space_text(NEAR_SPACE)
+    centre = {LEVEL: "unset", FAST: False, COMBINE: 1 << 20}
+    near = space.neighbours(centre)
+    assert centre not in near
+    assert len({repr(sorted(p.items())) for p in near}) == len(near)  # each once
+    for point in near:  # one decision, or fast math with the group it switches on
+        assert len(_differs(point, centre)) == 1 or _differs(point, centre) == {
+            FAST, GROUP_PREFIX + "relaxed"}
+    levels = {p[LEVEL] for p in near if _differs(p, centre) == {LEVEL}}
+    assert levels == {0, 1, 2, 3}
+    fast = [p for p in near if p[FAST] is True]
+    assert {p[GROUP_PREFIX + "relaxed"] for p in fast} == {True, False}
+    # a long range moves 2 candidates each side (and may go back to unset), not everywhere
+    combine = sorted(p[COMBINE] for p in near if _differs(p, centre) == {COMBINE}
+                     if p[COMBINE] != "unset")
+    assert combine == [1 << 18, 1 << 19, 1 << 21, 1 << 22]
+    assert any(p[COMBINE] == "unset" for p in near)
+
+
+def test_neighbours_drop_what_a_change_switches_off():
+    space = load_space_text(NEAR_SPACE)
+    centre = {LEVEL: 2, FAST: True, GROUP_PREFIX + "relaxed": True, COMBINE: "unset"}
+    off = [p for p in space.neighbours(centre) if p[FAST] is False]
+    assert off == [{LEVEL: 2, FAST: False, COMBINE: "unset"}]  # the group goes with fast math
+    # from "unset", a long range offers the candidates at both of its ends
+    ends = sorted(p[COMBINE] for p in space.neighbours(centre)
+                  if _differs(p, centre) == {COMBINE})
+    assert ends == [1 << 10, 1 << 11, 1 << 29, 1 << 30]

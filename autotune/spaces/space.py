@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 #: Optuna name of a group's switch: `group:<name>`.
 GROUP_PREFIX = "group:"
+#: A long param's neighbours: this many candidates on each side of its value
+#: (`Space.neighbours`).
+NEAR = 2
 
 Values = dict[str, FlagValue | None]
 #: One choice of a group's switch, as Optuna holds it: False (off: every member
@@ -262,6 +265,35 @@ class Space:
         """
         return list(_walk(self.units, self.params, {}, {}))
 
+    def neighbours(self, params: Mapping[str, Any], near: int = NEAR) -> list[dict[str, Any]]:
+        """The configurations one decision away from `params` (Optuna params, as `grid`
+        gives them), without `params` itself and each once.
+
+        One decision is one unit's choice (a lone param or a group's switch): every other
+        candidate of it, or for a param of more than `2 * near` candidates the `near` on
+        each side of its value. Units the change makes active take each of their choices
+        (fast math on brings each of its guarantees' settings); units it makes inactive go.
+        A continuous range has no neighbours of its own.
+        """
+        out: dict[str, dict[str, Any]] = {repr(sorted(params.items())): dict(params)}
+        values = self._values_of(params)
+        for unit in self.units:
+            if unit.key not in params or not unit.is_active(values):
+                continue
+            for value in _near_options(unit, self.params, params[unit.key], near):
+                changed = {**params, unit.key: value}
+                for point in _walk(self.units, self.params, {}, {}, changed):
+                    out.setdefault(repr(sorted(point.items())), point)
+        out.pop(repr(sorted(params.items())))
+        return list(out.values())
+
+    def _values_of(self, params: Mapping[str, Any]) -> Values:
+        """Param name -> value (None: unset) that `params` gives, as `sample` reads them."""
+        from optuna.trial import FixedTrial
+
+        config = self.sample(FixedTrial(dict(params)))
+        return {name: config.get(p.flag) for name, p in self.params.items()}
+
     def size(self) -> int | None:
         """The number of distinct configurations (`len(grid())`), or None when a float
         range is continuous.
@@ -352,17 +384,47 @@ def _choice_classes(unit: Unit, params: Mapping[str, Param],
 
 
 def _walk(units: Sequence[Unit], params: Mapping[str, Param], values: Values,
-          chosen: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Depth-first over the units' choices, skipping inactive units (see `Space.grid`)."""
+          chosen: dict[str, Any], pinned: Mapping[str, Any] | None = None
+          ) -> Iterator[dict[str, Any]]:
+    """Depth-first over the units' choices, skipping inactive units (see `Space.grid`);
+    a unit in `pinned` (Optuna values) takes only its pinned value."""
     if not units:
         yield chosen
         return
     unit, rest = units[0], units[1:]
     if not unit.is_active(values):
-        yield from _walk(rest, params, values, chosen)
+        yield from _walk(rest, params, values, chosen, pinned)
         return
-    for value, choice in _unit_options(unit, params):
-        yield from _walk(rest, params, {**values, **choice}, {**chosen, unit.key: value})
+    options = _unit_options(unit, params)
+    if pinned is not None and unit.key in pinned:
+        options = [(v, c) for v, c in options if _same_option(v, pinned[unit.key])] or options
+    for value, choice in options:
+        yield from _walk(rest, params, {**values, **choice}, {**chosen, unit.key: value}, pinned)
+
+
+def _same_option(a: Any, b: Any) -> bool:
+    """Whether two Optuna values of one unit are the same choice (True is not 1)."""
+    return type(a) is type(b) and a == b
+
+
+def _near_options(unit: Unit, params: Mapping[str, Param], current: Any,
+                  near: int) -> list[Any]:
+    """The Optuna values of `unit` other than `current`: all of them, or for a param of
+    more than `2 * near + 1` candidates the `near` on each side of `current` (and "unset");
+    from "unset", the `near` at each end of the range."""
+    if unit.group is None and params[unit.key].values() is None:
+        return []
+    options = [v for v, _ in _unit_options(unit, params)]
+    at = next((i for i, v in enumerate(options) if _same_option(v, current)), None)
+    if at is None:
+        return options
+    if unit.group is None and len(options) > 2 * near + 1:
+        candidates = params[unit.key].values() or ()
+        count = len(candidates)
+        keep = ({*range(near), *range(count - near, count)} if at >= count
+                else set(range(max(0, at - near), min(count, at + near + 1))))
+        options = [v for i, v in enumerate(options) if i in keep or i >= count]
+    return [v for v in options if not _same_option(v, current)]
 
 
 def _unit_count(unit: Unit, params: Mapping[str, Param]) -> int | None:

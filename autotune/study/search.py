@@ -15,6 +15,7 @@ and the `feasible` user attribute says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from random import Random
 from typing import Any
 
 import optuna
@@ -49,8 +50,15 @@ from autotune.study.context import Settle, StudyContext
 from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_values
 from autotune.study.plan import BASELINE_KEY, TrialEvent
 from autotune.study.reap import owner_text, reap
-from autotune.study.samplers import SamplerChoice, grid_order
-from autotune.study.warm import WarmConfig
+from autotune.study.samplers import Objective, SamplerChoice, grid_order
+from autotune.study.warm import WarmConfig, mapped_params
+
+#: "on": before the sampler proposes, queue the configurations one decision away from
+#: the incumbent (`Space.neighbours`; XLA's defaults while there is none) that are
+#: neither measured nor in flight, in a seeded order; "off": every proposal is the
+#: sampler's. A rule of `auto` for one objective, so it is chosen leave-one-workload-out
+#: (`benchmarks/scripts/leave_one_out.py`; the README's Search section). Read when used.
+LOCAL_SEARCH = "off"
 
 
 @dataclass
@@ -95,10 +103,12 @@ class Search:
         self.warm: list[WarmConfig] = []
         #: run id -> its `stopping.running_ratios`, for the median prune curve
         self._running: dict[int, list[float]] = {}
+        #: a local search's centre (its key) -> its neighbours with their keys, in order
+        self._around: dict[str, list[tuple[dict[str, Any], str]]] = {}
 
     def adopt(self, space: Space) -> None:
         """Sample from `space` from now on (the space fitted to the workload)."""
-        self.space, self._grid = space, None
+        self.space, self._grid, self._around = space, None, {}
 
     def step(self, study: optuna.Study, view: StudyView) -> tuple[str, RunRecord | None]:
         """Ask for one configuration and measure it unless it is measured or claimed already.
@@ -185,7 +195,8 @@ class Search:
         return "role" not in trial.user_attrs and not view.index.baseline_ok()
 
     def _enqueue_next(self, study: optuna.Study, view: StudyView) -> bool:
-        """Queue the baseline, the recommended configuration, or the next grid point.
+        """Queue the baseline, the recommended configuration, a warm start's next
+        configuration, the next grid point, or a local search's next neighbour.
 
         Returns False when a grid study has no configuration left to measure
         (all measured, or claimed by other processes).
@@ -208,6 +219,7 @@ class Search:
         if self._enqueue_warm(study, index):
             return True
         if not self.choice.is_grid:
+            self._enqueue_local(study, view)
             return True
         point = next((params for params, key in self._grid_points()
                       if key not in index.runs and key not in index.in_flight), None)
@@ -231,12 +243,49 @@ class Search:
             return True
         return False
 
+    def _enqueue_local(self, study: optuna.Study, view: StudyView) -> bool:
+        """Under `LOCAL_SEARCH` "on" and one objective, time: queue the incumbent's next
+        neighbour not measured or in flight; False when none is left (the sampler
+        proposes) or the rule is off."""
+        if LOCAL_SEARCH != "on" or self.ctx.plan.objectives != (Objective.TIME,):
+            return False
+        index = view.index
+        point = next((params for params, key in self._neighbours(view)
+                      if key not in index.runs and key not in index.in_flight), None)
+        if point is not None:
+            study.enqueue_trial(point, user_attrs={"role": Role.SEARCH.value, "local": True})
+        return point is not None
+
+    def _neighbours(self, view: StudyView) -> list[tuple[dict[str, Any], str]]:
+        """The neighbours of the incumbent (XLA's defaults while there is none, or where
+        the space cannot give its flags), with their keys, in an order seeded per centre."""
+        catalog, budget = self.ctx.judge.catalog, self.ctx.plan.memory_budget_bytes
+        best = incumbent(pooled(view.runs, lambda r: within_budget(r, budget)))
+        mapped = mapped_params(best.first.flags, self.space, catalog) if best else None
+        centre, key = mapped if mapped is not None else (self._defaults(), BASELINE_KEY)
+        if key not in self._around:
+            points = self.space.neighbours(centre)
+            Random(f"{self.ctx.plan.options.seed}:{key}").shuffle(points)
+            self._around[key] = [(p, self._key(p)) for p in points]
+        return self._around[key]
+
+    def _defaults(self) -> dict[str, Any]:
+        """The params that give XLA's defaults (unset, else the flag's default value)."""
+        catalog = self.ctx.judge.catalog
+        params = self.space.params_for(
+            {}, lambda flag: catalog.get(flag).default if flag in catalog else None)
+        return params if params is not None else {}
+
+    def _key(self, params: dict[str, Any]) -> str:
+        """The effective-configuration key of Optuna `params` (as `MeasuredIndex` keys)."""
+        return config_key(effective_config(self.space.sample(FixedTrial(params)),
+                                           self.ctx.judge.catalog))
+
     def _grid_points(self) -> list[tuple[dict[str, Any], str]]:
         """The grid in its seeded order, each point with its effective-configuration key."""
         if self._grid is None:
-            space, catalog = self.space, self.ctx.judge.catalog
-            self._grid = [(p, config_key(effective_config(space.sample(FixedTrial(p)), catalog)))
-                          for p in grid_order(space, self.ctx.plan.options.seed)]
+            self._grid = [(p, self._key(p))
+                          for p in grid_order(self.space, self.ctx.plan.options.seed)]
         return self._grid
 
     def _prune_ratio(self, index: MeasuredIndex) -> float | None:

@@ -66,7 +66,7 @@ def warm_configs(store: Any, study: StudyRecord, runs: list[RunRecord], space: S
         if theirs is None:
             continue
         trial, flags, alike = theirs
-        params = _mapped(flags, space, catalog)
+        params = mapped_params(flags, space, catalog)
         if params is not None:
             found.append(WarmConfig(record.name, trial, alike, params[0], params[1]))
     found.sort(key=lambda w: (-w.likeness, w.study))
@@ -102,7 +102,7 @@ def _baseline(runs: list[RunRecord]) -> RunRecord | None:
                  and r.outcome.measurement is not None), None)
 
 
-def _mapped(flags: Mapping[str, FlagValue], space: Space, catalog: Any
+def mapped_params(flags: Mapping[str, FlagValue], space: Space, catalog: Any
             ) -> tuple[dict[str, Any], str] | None:
     """`flags` as params of `space` and the key of what they give, or None: the space
     cannot give the configuration's flags it has, or gives XLA's defaults."""
