@@ -10,6 +10,9 @@ from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
+    Text,
+    cast,
     exc,
     insert,
     inspect,
@@ -30,7 +33,7 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.storage._base import StoreBase, _enum_values, asked_again
-from autotune.storage.engine import _collector_paused, _reason
+from autotune.storage.engine import _collector_paused, _json_loads, _reason
 from autotune.storage.models import (
     RUN_COLUMNS,
     ClaimRow,
@@ -189,10 +192,13 @@ class RunsMixin(StoreBase):
                 select(EnvironmentRow).where(EnvironmentRow.id.in_(used)))}
             keys = [column.key for column in RUN_COLUMNS]
             with _collector_paused():
-                rows = session.execute(select(*RUN_COLUMNS).where(*conditions)
-                                       .order_by(RunRow.id))
+                # Core, not the ORM, and the JSON columns as text decoded here: the
+                # per-value processing of thousands of rows cost more than the query.
+                rows = session.connection().execute(
+                    select(*_AS_TEXT).where(*conditions).order_by(RunRow.id))
                 return [run_record(values, study.name, environments.get(values["environment_id"]))
-                        for values in (dict(zip(keys, row, strict=True)) for row in rows)]
+                        for values in (_decoded(dict(zip(keys, row, strict=True)))
+                                       for row in rows)]
 
 
     @asked_again
@@ -247,3 +253,17 @@ def _claim_values(study_id: int, run: NewRun, run_id: int) -> dict[str, Any]:
             "trial_number": run.trial_number, "state": str(ClaimState(run.claim_state)),
             "owner_host": run.owner[0], "owner_pid": run.owner[1], "run_id": run_id,
             "claimed_at": now, "updated_at": now, "heartbeat_at": now}
+
+
+#: `RUN_COLUMNS` with each JSON column read as its text (`Store.runs` decodes it).
+_JSON_KEYS = frozenset(c.key for c in RUN_COLUMNS if isinstance(c.type, JSON))
+_AS_TEXT = tuple(cast(c, Text).label(c.key) if c.key in _JSON_KEYS else c for c in RUN_COLUMNS)
+
+
+def _decoded(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with each JSON column's text decoded (None stays None)."""
+    for key in _JSON_KEYS:
+        text = values[key]
+        if text is not None:
+            values[key] = _json_loads(text)
+    return values
