@@ -177,7 +177,9 @@ class TrialRequest:
         env: variables to set in the child on top of the parent's environment
             (XLA_FLAGS already merged with the user's own).
         timeout_s: hard limit for the whole child, compilation included.
-        memory_limit_bytes: address-space limit of the child (None: none).
+        memory_limit_bytes: the memory the child and its descendants may hold: a cgroup's
+            limit where the machine allows one, else the guard's watch on their resident
+            memory; the outcome `oom` either way (None: no limit).
         flags: the configuration under test (what `env`/`compiler_options` carry),
             for launchers that look results up rather than measure them.
         command: run this program instead of `python -m autotune.child WORKLOAD`;

@@ -28,11 +28,11 @@ _OOM = re.compile(r"RESOURCE_EXHAUSTED|Out of memory|std::bad_alloc|MemoryError|
 _MAP_FAILURE = re.compile(r"failed to map segment from shared object")
 #: The longest OOM line quoted in a message.
 OOM_LINE_CHARS = 300
-#: An address-space limit below this cannot hold a trial child at all. Measured
-#: with CPython 3.11 (x86-64): under 512 KiB the kernel kills the exec with
-#: SIGSEGV before anything runs; up to 8 MiB the loader cannot map libpython or
-#: libc (exit 127); at 12 MiB CPython dies of MemoryError while it starts; and
-#: importing JAX maps hundreds of MiB more.
+#: A memory limit below this cannot hold a trial child at all: CPython 3.11 holds
+#: 8 MiB resident once started, and importing JAX and running one op brings a
+#: child to 195 MiB (x86-64, jaxlib 0.10.2, measured with `ru_maxrss`). (When the
+#: limit was an address-space one, RLIMIT_AS, the loader failed to map libpython
+#: or libc under 8 MiB, and CPython died of MemoryError at 12 MiB.)
 STARTUP_FLOOR_BYTES = 64 * 2**20
 
 
@@ -92,7 +92,7 @@ def classify_exit(returncode: int | None, timed_out: bool, stderr: str,
     """How a child process ended, when that alone decides the outcome.
 
     In order: a timeout; XLA's flag aborts in stderr (whatever the exit code);
-    a failed child whose address-space limit (`memory_limit_bytes`, None: no
+    a failed child whose memory limit (`memory_limit_bytes`, None: no
     limit) was too small, see `limit_too_small`; a non-zero exit with an
     out-of-memory line; death by a signal (a negative `returncode`). None
     means the result file decides (or its absence: `crashed`).
@@ -115,7 +115,7 @@ def classify_exit(returncode: int | None, timed_out: bool, stderr: str,
 
 
 def limit_too_small(returncode: int | None, stderr: str, limit: int | None) -> str | None:
-    """Why a child that failed could not live within its address-space `limit`, or None.
+    """Why a child that failed could not live within its memory `limit`, or None.
 
     It could not when the loader failed to map a shared library (whatever the
     limit), or when the limit lies below `STARTUP_FLOOR_BYTES` (the child died

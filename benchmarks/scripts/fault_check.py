@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -404,7 +405,10 @@ def run_case(case: Case, postgres: str | None = None) -> Result:
                     case, url, procs, result)
                 resumed = [procs.start(argv) for argv in resume_commands(case, url)]
                 codes = procs.finish(resumed, CASE_TIMEOUT_S)
-                result.left = len(procs.alive())
+                left = procs.alive()
+                result.left = len(left)
+                if left:
+                    _name_left(result, left, procs)
                 _check(result, url, codes)
         finally:
             result.tracebacks = procs.tracebacks()
@@ -412,6 +416,53 @@ def run_case(case: Case, postgres: str | None = None) -> Result:
             procs.clean_up()
     result.seconds = round(time.monotonic() - began, 1)
     return result
+
+
+#: Seconds a process found alive once a case's commands ended is watched again, to tell a
+#: slow exit from a process that stays (it counts as left either way).
+LEFT_WATCH_S = 15.0
+
+
+def _name_left(result: Result, pids: list[int], procs: Processes) -> None:
+    """Say in the case's note what each left process was (its command line and parent) and
+    whether it ended within `LEFT_WATCH_S`: the cause is then in the table, not guessed."""
+    seen = {pid: _described(pid) for pid in pids}
+    deadline = time.monotonic() + LEFT_WATCH_S
+    while time.monotonic() < deadline and set(procs.alive()) & set(pids):
+        time.sleep(0.5)
+    still = set(procs.alive()) & set(pids)
+    words = [f"{text} ({'still alive' if pid in still else 'ended'} after "
+             f"{LEFT_WATCH_S:g} s{_stack(pid) if pid in still else ''})"
+             for pid, text in seen.items()]
+    result.note = "; ".join(filter(None, [result.note, "left: " + "; ".join(words)]))
+
+
+def _stack(pid: int) -> str:
+    """Where a stuck process waits: its Python threads' stacks by `py-spy dump` where
+    py-spy is installed (`pip install py-spy`; it needs ptrace rights), else each
+    thread's kernel wait channel."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if Path(spy).exists():
+        done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=30, check=False)
+        lines = [ln.strip() for ln in (done.stdout or done.stderr).splitlines() if ln.strip()]
+        return "; stack: " + " | ".join(lines[:40])
+    waits = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            waits.append((task / "wchan").read_text().strip() or "running")
+        except OSError:
+            continue
+    return "; threads waiting in: " + ", ".join(waits)
+
+
+def _described(pid: int) -> str:
+    """`pid`'s command line (cut to 160 characters) and parent, from /proc."""
+    try:
+        parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return f"pid {pid} (gone)"
+    return f"pid {pid} of {parent}: {cmdline(pid).strip()[:160]}"
 
 
 def _check(result: Result, url: str, codes: list[int]) -> None:
