@@ -61,7 +61,7 @@ def test_the_suite_covers_every_phase_target_and_mode_on_both_backends():
     ("baseline", "baseline:0", "baseline"), ("fingerprint", "fit:space", "fit"),
     ("search", "trial:3", "search"), ("race", "race:3:1", "race"),
     ("confirm", "confirm:3:0", "confirm"), ("ablation", "shrink:3", "shrink"),
-    ("pgle", "pgle:3:profile:0", "pgle")])
+    ("pgle", "pgle:3:profile:0", "pgle"), ("fingerprint", "warm:prior", None)])
 def test_each_running_claim_is_put_in_its_phase(role, key, phase):
     from types import SimpleNamespace
 

@@ -172,3 +172,56 @@ def test_recommend_names_what_the_databases_confirmed_studies_agree_on(tmp_path:
     table = invoke("recommend", "--device-kind", "cpu", "--storage", url, cwd=tmp_path)
     assert table.exit_code == 0 and "recommended: " in table.output
     assert donor.study_name in table.output
+
+
+# --- (b) the sibling's runs as prior evidence for the sampler --------------------------------
+
+def _tpe_runner(store: Store, name: str, trials: int, seed: int, **options: object
+                ) -> StudyRunner:
+    plan = StudyPlan.of(name=name, space=SPACE, workload=TABLE.workload(ROOT), trials=trials,
+                        sampler="tpe", seed=seed, preset="small", devices=1, **options)
+    return StudyRunner(plan, store, TableLauncher(TABLE, CATALOG, seed=seed),
+                       store.url, facts=CPU)
+
+
+def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(tmp_path: Path):
+    from autotune.ground.records import PLAN_PRIOR
+    from autotune.results.evidence import pooled
+    from autotune.study.warm import prior_copies
+
+    with Store.open(f"sqlite:///{tmp_path / 'prior.db'}") as store:
+        _sibling(store)
+        (sibling,) = [s for s in store.list_studies()]
+        runner = _tpe_runner(store, "new", 5, 3)
+        runner.run()
+        trials = optuna.load_study(study_name="new", storage=store.url).trials
+        prior = [t for t in trials if "prior" in t.user_attrs]
+        programs = pooled([r for r in store.runs(sibling.name)])
+        copies = prior_copies(prior[0].user_attrs["likeness"])
+        assert len(prior) == copies * len(programs) > 0  # every program maps onto this space
+        assert {round(t.value, 9) for t in prior} == {round(p.ratio, 9) for p in programs}
+        assert all(t.user_attrs["prior"] == sibling.name and "role" not in t.user_attrs
+                   for t in prior)
+        # none is a run of this study, none counts toward --trials
+        assert len([r for r in store.runs("new") if r.role in (Role.SEARCH, Role.RACE)]) == 4
+        record = store.get_study("new")
+        assert record.plan[PLAN_PRIOR] == [{"study": sibling.name, "programs": len(programs),
+                                            "likeness": prior[0].user_attrs["likeness"],
+                                            "copies": copies}]
+        notes = [n.text for n in study_notes(record, store.runs("new"), [])
+                 if n.kind == "warm_start"]
+        assert any(f"{len(programs)} of '{sibling.name}'" in text for text in notes)
+        # another process of the study (or a resumed one) adds none again
+        again = _tpe_runner(store, "new", 6, 4)
+        again.run()
+        trials = optuna.load_study(study_name="new", storage=store.url).trials
+        assert len([t for t in trials if "prior" in t.user_attrs]) == len(prior)
+
+
+def test_no_warm_start_gives_the_sampler_nothing(tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path / 'cold.db'}") as store:
+        _sibling(store)
+        runner = _tpe_runner(store, "new", 4, 3, warm_start=False)
+        runner.run()
+        trials = optuna.load_study(study_name="new", storage=store.url).trials
+        assert not [t for t in trials if "prior" in t.user_attrs]

@@ -387,6 +387,9 @@ PLAN_SUBMITTED = "submitted"
 PLAN_FINISHED = "finished"
 #: ... and `warm_start` the earlier studies a warm start drew from (`Store.save_warm_start`).
 PLAN_WARM = "warm_start"
+#: The plan's key for the earlier studies whose measured programs were given to the
+#: sampler as evidence (`autotune.study.warm.prior_trials`; `Store.save_warm_start`).
+PLAN_PRIOR = "warm_prior"
 
 #: A study's states (`results.table.study_state`), in the order a study goes through them.
 STUDY_STATES = ("queued", "searching", "confirming", "done", "failed")

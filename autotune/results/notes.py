@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.ground.records import PLAN_WARM, RunRecord, StudyRecord
+from autotune.ground.records import PLAN_PRIOR, PLAN_WARM, RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.pgle import study_verdicts, verdict_text
@@ -57,15 +57,24 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
 
 def warm_notes(record: StudyRecord) -> list[Note]:
     """Where a warm start came from (kind `warm_start`): the earlier studies whose
-    confirmed configurations the search began with, the most alike first."""
-    drawn = (record.plan or {}).get(PLAN_WARM) or []
-    if not drawn:
-        return []
-    named = "; ".join(f"'{d.get('study')}' trial {d.get('trial')} (likeness "
-                      f"{d.get('likeness')} of 3)" for d in drawn)
-    return [Note("warm_start", f"warm start: the search began with the confirmed "
-                 f"configurations of {named}, each measured and confirmed here like any "
-                 "other (--no-warm-start: from nothing)")]
+    confirmed configurations the search began with, the most alike first, and those
+    whose measured programs the sampler was given (`PLAN_PRIOR`)."""
+    plan = record.plan or {}
+    notes = []
+    if drawn := plan.get(PLAN_WARM) or []:
+        named = "; ".join(f"'{d.get('study')}' trial {d.get('trial')} (likeness "
+                          f"{d.get('likeness')} of 3)" for d in drawn)
+        notes.append(Note("warm_start", f"warm start: the search began with the confirmed "
+                          f"configurations of {named}, each measured and confirmed here like "
+                          "any other (--no-warm-start: from nothing)"))
+    if prior := plan.get(PLAN_PRIOR) or []:
+        named = "; ".join(f"{d.get('programs')} of '{d.get('study')}' (likeness "
+                          f"{d.get('likeness')} of 3, each counted {d.get('copies')}x)"
+                          for d in prior)
+        notes.append(Note("warm_start", f"warm start: the sampler was given the programs "
+                          f"earlier studies measured as evidence: {named}; none counts "
+                          "toward --trials or is recommended without being measured here"))
+    return notes
 
 
 #: What each source of a peak-memory figure measures (`child.program.memory_figures`).

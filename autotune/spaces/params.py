@@ -137,6 +137,23 @@ class Param:
         return trial.suggest_float(self.name, float(self.low), float(self.high), step=self.step,
                                    log=self.log)
 
+    def distribution(self) -> Any:
+        """The Optuna distribution `suggest` asks with (for `study.add_trial`)."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        choices = self._as_categorical()
+        if choices is not None:
+            return CategoricalDistribution(choices)
+        assert self.low is not None and self.high is not None
+        if self.type == "int":
+            return IntDistribution(int(self.low), int(self.high), step=int(self.step or 1),
+                                   log=self.log)
+        return FloatDistribution(float(self.low), float(self.high), step=self.step, log=self.log)
+
     def to_optuna(self, value: FlagValue | None) -> Any:
         """The Optuna param value that makes `suggest` return `value`."""
         return UNSET if value is None else value

@@ -287,6 +287,21 @@ class Space:
         out.pop(repr(sorted(params.items())))
         return list(out.values())
 
+    def distributions(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The Optuna distribution of each of `params`' names, as `sample` suggests it (a
+        group's switch: categorical over `Group.choices`): what `optuna.trial.create_trial`
+        needs to add a trial that was not asked.
+
+        Raises:
+            KeyError: a name that is no unit of this space.
+        """
+        from optuna.distributions import CategoricalDistribution
+
+        groups = {unit.key: unit.group for unit in self.units}
+        return {name: (self.params[name].distribution() if (group := groups[name]) is None
+                       else CategoricalDistribution(group.choices()))
+                for name in params}
+
     def _values_of(self, params: Mapping[str, Any]) -> Values:
         """Param name -> value (None: unset) that `params` gives, as `sample` reads them."""
         from optuna.trial import FixedTrial

@@ -33,6 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from autotune.ground.records import (
     PLAN_FINISHED,
+    PLAN_PRIOR,
     PLAN_WARM,
     ArtifactRecord,
     ClaimRecord,
@@ -184,7 +185,8 @@ class StudyRow(Base):
     #: Plan keys that are not settings to compare: how workers rebuild the plan
     #: (`recipe`, rewritten by every `autotune study`) and when the phases after the search
     #: last ended (`finished`, `Store.mark_finished`), where a warm start came from.
-    NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe", PLAN_FINISHED, PLAN_WARM})
+    NOT_COMPARED: ClassVar[frozenset[str]] = frozenset({"recipe", PLAN_FINISHED, PLAN_WARM,
+                                                        PLAN_PRIOR})
 
     def differences(self, other: StudyRow) -> list[str]:
         """`setting mine (asked for other's)` for each setting in which the two studies differ.

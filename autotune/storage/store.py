@@ -190,17 +190,19 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
             study.space_backend = study.space_backend or wanted.space_backend
             return study.to_record()
 
-    def save_warm_start(self, name: str, drawn: Sequence[Mapping[str, Any]]) -> None:
-        """Record the earlier studies a warm start drew from (`plan["warm_start"]`, JSON-
-        ready), unless a process of the study recorded them already (the first wins).
+    def save_warm_start(self, name: str, drawn: Sequence[Mapping[str, Any]],
+                        key: str = PLAN_WARM) -> None:
+        """Record the earlier studies a warm start drew from (`plan[key]`, JSON-ready: the
+        configurations queued under `PLAN_WARM`, the evidence given to the sampler under
+        `PLAN_PRIOR`), unless a process of the study recorded them already (the first wins).
 
         Raises:
             StudyNotFoundError: no study called `name`.
         """
         with self._session() as session:
             study = self._study_row(session, name)
-            if PLAN_WARM not in (study.plan or {}):
-                study.plan = {**(study.plan or {}), PLAN_WARM: [dict(d) for d in drawn]}
+            if key not in (study.plan or {}):
+                study.plan = {**(study.plan or {}), key: [dict(d) for d in drawn]}
 
     def mark_finished(self, name: str, trials: int) -> None:
         """Note that the phases after the search (confirmation, shrinking, PGLE) ended for a

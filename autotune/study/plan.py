@@ -28,6 +28,8 @@ BASELINE_KEY = ""
 
 #: The claim key of fitting the space to the workload (`autotune.study.fit`).
 FIT_KEY = "fit:space"
+#: The claim key of giving the sampler the earlier studies' evidence (`StudyRunner.prior`).
+PRIOR_KEY = "warm:prior"
 
 
 @dataclass(frozen=True)

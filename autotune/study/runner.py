@@ -26,8 +26,10 @@ from typing import Any
 import optuna
 
 from autotune.ground.errors import BaselineFailedError
-from autotune.ground.proc import raise_if_interrupted
+from autotune.ground.proc import deferred_interrupt, raise_if_interrupted
 from autotune.ground.records import (
+    PLAN_PRIOR,
+    ClaimState,
     ClaimVerdict,
     Environment,
     FlagValue,
@@ -50,6 +52,7 @@ from autotune.study.context import StudyContext
 from autotune.study.measured import BUDGET_ROLES
 from autotune.study.plan import (
     POLL_S,
+    PRIOR_KEY,
     ConfirmEvent,
     PgleEvent,
     RunSummary,
@@ -61,7 +64,13 @@ from autotune.study.race import race
 from autotune.study.samplers import make_sampler
 from autotune.study.search import Search, StudyView
 from autotune.study.trials import TrialJudge
-from autotune.study.warm import WarmConfig, warm_configs
+from autotune.study.warm import (
+    WarmConfig,
+    add_priors,
+    prior_json,
+    prior_trials,
+    warm_configs,
+)
 
 #: Proposals in a row that repeat measured configurations before a study stops.
 MAX_REPEATED_PROPOSALS = 100
@@ -93,6 +102,7 @@ class StudyRunner:
         self.search = Search(self.ctx, self.choice, plan.space)
         self._fit: SpaceFit | None = None
         self._warm: list[WarmConfig] | None = None
+        self._prior_done = False
         self._rdb: Any = None  # Optuna's RDB storage, once opened here
         #: Told the fit once this process adopts it (progress displays).
         self.on_fit: Callable[[SpaceFit], None] | None = None
@@ -199,6 +209,7 @@ class StudyRunner:
                 if not self.space.params and not self.space.groups:
                     return RunSummary(launched, reused, EMPTY_FIT_NOTE)
                 self.warm_start()  # once, on the fitted space
+                self.prior(study)  # once per study, before the sampler models
             step, run = self._round(study, view)
             if step == "exhausted":
                 if self._waited_for_others_budget():
@@ -291,6 +302,28 @@ class StudyRunner:
                 self.store.save_warm_start(self.plan.name, [w.to_json() for w in self._warm])
             self.search.warm = self._warm
         return self._warm
+
+    def prior(self, study: optuna.Study) -> int:
+        """Give the sampler what the most alike earlier studies measured
+        (`autotune.study.warm.prior_trials`) as complete Optuna trials marked `prior`,
+        once per study: the process that claims `PRIOR_KEY` adds them (a resumed study,
+        or another process, finds the claim done and adds none). None with the option
+        `warm_start` off. Returns how many trials this call added."""
+        if self._prior_done or not self.plan.options.warm_start:
+            return 0
+        self._prior_done = True
+        verdict, claim = self.ctx.claim(PRIOR_KEY, Role.FINGERPRINT, {}, None)
+        if verdict is not ClaimVerdict.CLAIMED or claim is None:
+            return 0
+        with self.ctx.held(claim, done=ClaimState.DONE):
+            record = self.store.get_study(self.plan.name)
+            priors = prior_trials(self.store, record, self.ctx.runs(), self.search.space,
+                                  self.ctx.judge.catalog)
+            with deferred_interrupt():
+                add_priors(study, self.search.space, priors)
+                if priors:
+                    self.store.save_warm_start(self.plan.name, prior_json(priors), PLAN_PRIOR)
+        return sum(p.copies for p in priors)
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,

@@ -11,7 +11,15 @@ of the `WARM_FROM` most alike are mapped onto this study's space
 as the first search trials, before anything is sampled (`Search`). A warm start
 never skips confirmation: the queued trials are measured, raced and confirmed
 like any other. The plan records which studies it drew from (`PLAN_WARM`),
-and `best` says so in its notes. `--no-warm-start` turns it off.
+and `best` says so in its notes.
+
+The sampler is also given what those studies measured (`prior_trials`): each
+program the `WARM_FROM` most alike timed, mapped onto this space, with its
+pooled ratio against their defaults, as complete Optuna trials marked `prior`
+(`add_priors`), weighted by likeness (`prior_copies`). They are evidence for
+the model only: no run, no role, nothing counted toward `--trials`, nothing
+recommended that was not measured here (`PLAN_PRIOR`). `--no-warm-start` turns
+both off.
 """
 
 from __future__ import annotations
@@ -19,11 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord, StudyRecord
-from autotune.results.ranking import recommend
+from autotune.results.evidence import pooled
+from autotune.results.ranking import recommend, within_budget
 from autotune.results.shrink import shrink
 from autotune.results.study_results import study_catalog
 from autotune.spaces import Space
@@ -50,51 +60,135 @@ class WarmConfig:
                 "key": self.key}
 
 
+@dataclass(frozen=True)
+class PriorTrial:
+    """One program an earlier study timed, given to this study's sampler as evidence: from
+    trial `trial` of study `study` (`likeness` alike), as Optuna `params` of this space,
+    with its pooled time ratio `value` against that study's defaults, added `copies`
+    times (`prior_copies`)."""
+
+    study: str
+    trial: int | None
+    likeness: float
+    params: dict[str, Any]
+    value: float
+    copies: int
+
+
 def warm_configs(store: Any, study: StudyRecord, runs: list[RunRecord], space: Space,
                  catalog: Any) -> list[WarmConfig]:
     """The configurations `study` (its `runs` so far, its baseline measured) starts its
     search with: one per earlier study, the most alike first, at most `WARM_FROM`, each
     distinct and other than XLA's defaults."""
-    baseline = _baseline(runs)
-    if baseline is None or baseline.environment is None:
-        return []
     found: list[WarmConfig] = []
-    for record in store.list_studies():
-        if record.name == study.name:
-            continue
-        theirs = _donor(record, store.runs(record.name), (study, baseline), catalog)
+    for donor in _donors(store, study, runs):
+        theirs = _recommended(donor, catalog)
         if theirs is None:
             continue
-        trial, flags, alike = theirs
-        params = mapped_params(flags, space, catalog)
+        params = mapped_params(theirs[1], space, catalog)
         if params is not None:
-            found.append(WarmConfig(record.name, trial, alike, params[0], params[1]))
-    found.sort(key=lambda w: (-w.likeness, w.study))
+            found.append(WarmConfig(donor.record.name, theirs[0], donor.likeness, *params))
     distinct: dict[str, WarmConfig] = {}
     for warm in found:
         distinct.setdefault(warm.key, warm)
     return list(distinct.values())[:WARM_FROM]
 
 
-def _donor(record: StudyRecord, runs: list[RunRecord], mine: tuple[StudyRecord, RunRecord],
-           catalog: Any) -> tuple[int | None, dict[str, FlagValue], float] | None:
-    """What an earlier study offers: (its trial, the flags it recommends, how alike its
-    workload is to this one's), or None: measured elsewhere, nothing confirmed. `mine`:
-    this study and its baseline."""
-    here = mine[1].environment
-    assert here is not None
-    kept = [r for r in runs if r.environment is not None
-            and (r.environment.backend, r.environment.device_kind)
-            == (here.backend, here.device_kind)]
-    theirs = _baseline(kept)
-    if theirs is None:
-        return None
+def prior_trials(store: Any, study: StudyRecord, runs: list[RunRecord], space: Space,
+                 catalog: Any) -> list[PriorTrial]:
+    """What the `WARM_FROM` most alike earlier studies measured, as evidence for this
+    study's sampler: each program they timed (`results.evidence.pooled`) whose
+    configuration this space can give, with its pooled ratio against their defaults,
+    `copies` times by likeness (`prior_copies`). None for a study that does not minimise
+    time alone (a prior is a time ratio)."""
+    if tuple(study.objectives) != ("time",):
+        return []
+    found: list[PriorTrial] = []
+    for donor in _donors(store, study, runs)[:WARM_FROM]:
+        for program in pooled(donor.runs, partial(within_budget,
+                                                  budget=donor.record.memory_budget_bytes)):
+            params = mapped_params(program.first.flags, space, catalog)
+            if params is not None:
+                found.append(PriorTrial(donor.record.name, program.first.trial_number,
+                                        donor.likeness, params[0], program.ratio,
+                                        prior_copies(donor.likeness)))
+    return found
+
+
+def add_priors(study: Any, space: Space, priors: list[PriorTrial]) -> None:
+    """Add `priors` to the Optuna `study` as complete trials (each `copies` times), user
+    attributes `prior` (the study it came from), `prior_trial` and `likeness`; they have
+    no `role`, so nothing that reads the study's own trials (importance, reuse, roles)
+    counts them, and they hold no run."""
+    from optuna.trial import create_trial
+
+    study.add_trials([
+        create_trial(params=prior.params, distributions=space.distributions(prior.params),
+                     value=prior.value, user_attrs={"prior": prior.study,
+                                                    "prior_trial": prior.trial,
+                                                    "likeness": round(prior.likeness, 3)})
+        for prior in priors for _ in range(prior.copies)])
+
+
+def prior_json(priors: list[PriorTrial]) -> list[dict[str, Any]]:
+    """What the plan records of a prior (`PLAN_PRIOR`): per study drawn from, the programs
+    given, its likeness and how many copies of each."""
+    drawn: dict[str, dict[str, Any]] = {}
+    for prior in priors:
+        entry = drawn.setdefault(prior.study, {"study": prior.study, "programs": 0,
+                                               "likeness": round(prior.likeness, 3),
+                                               "copies": prior.copies})
+        entry["programs"] += 1
+    return list(drawn.values())
+
+
+def prior_copies(alike: float) -> int:
+    """How many times a prior observation is given to the sampler: its donor's likeness
+    (0 to 3) rounded, at least once. TPE weighs every observation alike, so a more alike
+    study's evidence weighs more by counting more often."""
+    return max(1, round(alike))
+
+
+@dataclass(frozen=True)
+class _Donor:
+    """An earlier study that may lend evidence: its runs on this study's backend and
+    device kind, and how alike its workload is (`likeness`)."""
+
+    record: StudyRecord
+    runs: list[RunRecord]
+    likeness: float
+
+
+def _donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[_Donor]:
+    """The database's other studies measured on this study's backend and device kind, with
+    a baseline there, the most alike first (ties: by name); none before this study's
+    baseline ran."""
+    mine = _baseline(runs)
+    if mine is None or mine.environment is None:
+        return []
+    here = (mine.environment.backend, mine.environment.device_kind)
+    found: list[_Donor] = []
+    for record in store.list_studies():
+        if record.name == study.name:
+            continue
+        kept = [r for r in store.runs(record.name) if r.environment is not None
+                and (r.environment.backend, r.environment.device_kind) == here]
+        theirs = _baseline(kept)
+        if theirs is not None:
+            found.append(_Donor(record, kept, likeness((study, mine), (record, theirs))))
+    return sorted(found, key=lambda d: (-d.likeness, d.record.name))
+
+
+def _recommended(donor: _Donor, catalog: Any) -> tuple[int | None, dict[str, FlagValue]] | None:
+    """What an earlier study recommends: (its trial, the flags: the minimal set where
+    shrinking kept one), or None: nothing confirmed."""
+    record, kept = donor.record, donor.runs
     rec = recommend(kept, record.objectives, record.memory_budget_bytes)
     if not rec.recommended or rec.run is None:
         return None
     state = shrink(kept, rec.run, study_catalog(catalog, record))
-    flags = dict(state.minimal if state is not None and state.done else rec.run.flags)
-    return rec.run.trial_number, flags, likeness(mine, (record, theirs))
+    return rec.run.trial_number, dict(state.minimal if state is not None and state.done
+                                      else rec.run.flags)
 
 
 def _baseline(runs: list[RunRecord]) -> RunRecord | None:

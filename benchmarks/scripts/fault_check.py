@@ -246,8 +246,9 @@ def phase_of(claim: object) -> str | None:
     role, key = str(getattr(claim, "role", "")), str(getattr(claim, "key", ""))
     if key == "fit:space":
         return "fit"
-    if key.startswith("shrink") or role in ("ablation", "minimal") or (
-            role == "fingerprint" and key != "fit:space"):
+    if key == "warm:prior":  # a warm start's evidence given to the sampler: no phase
+        return None
+    if key.startswith("shrink") or role in ("ablation", "minimal") or role == "fingerprint":
         return "shrink"
     return {"baseline": "baseline", "search": "search", "recommended": "search",
             "race": "race", "confirm": "confirm", "pgle": "pgle"}.get(role)
