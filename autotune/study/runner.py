@@ -317,10 +317,10 @@ class StudyRunner:
             return 0
         with self.ctx.held(claim, done=ClaimState.DONE):
             record = self.store.get_study(self.plan.name)
-            priors = prior_trials(self.store, record, self.ctx.runs(), self.search.space,
+            priors = prior_trials(self.store, record, self.ctx.runs(), self.space,
                                   self.ctx.judge.catalog)
             with deferred_interrupt():
-                add_priors(study, self.search.space, priors)
+                add_priors(study, self.space, priors)
                 if priors:
                     self.store.save_warm_start(self.plan.name, prior_json(priors), PLAN_PRIOR)
         return sum(p.copies for p in priors)
