@@ -82,3 +82,27 @@ def test_a_case_is_resumed_with_its_own_commands():
     worker = fault_check.resume_commands(
         fault_check.Case("kill", "sqlite", "worker", "worker", "search"), "sqlite:///a.db")
     assert [argv[0] for argv in worker] == ["study", "worker"]
+
+
+def test_a_left_process_is_named_with_where_it_waits(tmp_path, monkeypatch):
+    """The suite names each process a case left (command line, parent, whether it ended,
+    where it waits), so a rare leftover shows its cause in the table."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(fault_check, "LEFT_WATCH_S", 1.0)
+    procs = fault_check.Processes(tmp_path)
+    stays = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=procs.env)
+    try:
+        result = fault_check.Result(fault_check.Case("kill", "sqlite", "study", "leader",
+                                                     "search"))
+        left = procs.alive()
+        assert left == [stays.pid]
+        fault_check._name_left(result, left, procs)
+        assert f"pid {stays.pid} of {os.getpid()}" in result.note
+        assert "time.sleep(60)" in result.note and "still alive after 1 s" in result.note
+        assert "stack:" in result.note or "threads waiting in:" in result.note
+    finally:
+        stays.kill()
+        stays.wait()
