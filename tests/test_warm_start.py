@@ -202,6 +202,8 @@ def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(tmp
         assert {round(t.value, 9) for t in prior} == {round(p.ratio, 9) for p in programs}
         assert all(t.user_attrs["prior"] == sibling.name and "role" not in t.user_attrs
                    for t in prior)
+        from autotune.results.importance import compared_trials
+        assert not [t for t in compared_trials(trials) if "prior" in t.user_attrs]
         # none is a run of this study, none counts toward --trials
         assert len([r for r in store.runs("new") if r.role in (Role.SEARCH, Role.RACE)]) == 4
         record = store.get_study("new")
