@@ -505,3 +505,26 @@ def test_the_scatter_has_one_point_per_program_with_its_pooled_speedup():
     assert [(p["trial"], p["n"]) for p in points] == [(0, 1), (1, 2), (3, 1)]  # best first
     assert points[1]["speedup"] == pytest.approx(1 / math.sqrt(0.5))  # median of the logs
     assert points[2]["speedup"] == pytest.approx(1 / 0.9)
+
+
+def test_the_warm_start_notes_name_what_was_drawn_and_what_the_sampler_was_given():
+    from autotune.ground.records import PLAN_PRIOR, PLAN_WARM
+    from autotune.results.notes import warm_notes
+
+    assert warm_notes(record()) == []
+    plan = {PLAN_WARM: [{"study": "a", "trial": 4, "likeness": 2.5, "key": "--x=1"}],
+            PLAN_PRIOR: [{"study": "a", "programs": 7, "likeness": 2.5, "copies": 2},
+                         {"study": "b", "programs": 3, "likeness": 1.2, "copies": 1}]}
+    notes = warm_notes(record(plan=plan))
+    assert [n.kind for n in notes] == ["warm_start", "warm_start"]
+    assert notes[0].text == (
+        "warm start: the search began with the confirmed configurations of 'a' trial 4 "
+        "(likeness 2.5 of 3), each measured and confirmed here like any other "
+        "(--no-warm-start: from nothing)")
+    assert notes[1].text == (
+        "warm start: the sampler was given the programs earlier studies measured as "
+        "evidence: 7 of 'a' (likeness 2.5 of 3, each counted 2x); 3 of 'b' (likeness 1.2 "
+        "of 3, each counted 1x); none counts toward --trials or is recommended without "
+        "being measured here")
+    (only,) = warm_notes(record(plan={PLAN_PRIOR: plan[PLAN_PRIOR]}))
+    assert only.text.startswith("warm start: the sampler was given")
