@@ -528,3 +528,38 @@ def test_the_warm_start_notes_name_what_was_drawn_and_what_the_sampler_was_given
         "being measured here")
     (only,) = warm_notes(record(plan={PLAN_PRIOR: plan[PLAN_PRIOR]}))
     assert only.text.startswith("warm start: the sampler was given")
+
+
+def test_the_runs_page_filters_pages_and_counts_every_run():
+    from autotune.results.view import runs_page
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    for k in range(5):
+        s.add(Role.SEARCH, {FAST: k % 2 == 0, LEVEL: k}, 0.9 + 0.01 * k)
+    s.add(Role.SEARCH, {LEVEL: 7}, None, kind=OutcomeKind.PRUNED)
+    s.add(Role.CONFIRM, {FAST: True, LEVEL: 0}, 0.9, trial=1)
+    whole = runs_page(s.runs, per_page=3)
+    assert (whole["total"], whole["matched"], whole["page"], whole["pages"],
+            whole["per_page"]) == (8, 8, 1, 3, 3)
+    assert [r["run"] for r in whole["rows"]] == [1, 2, 3]
+    assert whole["filters"] == {"role": None, "outcome": None, "flag": None}
+    assert whole["roles"] == {"baseline": 1, "confirm": 1, "search": 6}
+    assert whole["outcomes"] == {"ok": 7, "pruned": 1}
+    last = runs_page(s.runs, per_page=3, page=99)  # clamped to the last page
+    assert (last["page"], [r["run"] for r in last["rows"]]) == (3, [7, 8])
+    first = runs_page(s.runs, per_page=3, page=0)  # and to the first
+    assert first["page"] == 1
+    search = runs_page(s.runs, role="search")
+    assert search["matched"] == 6 and {r["role"] for r in search["rows"]} == {"search"}
+    assert search["filters"]["role"] == "search" and search["total"] == 8
+    pruned = runs_page(s.runs, outcome="pruned")
+    assert [r["run"] for r in pruned["rows"]] == [7] and pruned["pages"] == 1
+    # a flag filter reads name=value as XLA_FLAGS writes it, in any case
+    fast = runs_page(s.runs, flag=f"{FAST.upper()}=TRUE")
+    assert [r["run"] for r in fast["rows"]] == [2, 4, 6, 8]
+    assert runs_page(s.runs, flag=f"{FAST}=True")["matched"] == 4
+    assert runs_page(s.runs, flag=f"{LEVEL}=7", role="search")["matched"] == 1
+    assert runs_page(s.runs, flag="no_such_flag")["matched"] == 0
+    assert runs_page(s.runs, flag="no_such_flag")["pages"] == 1
+    assert runs_page([], per_page=3)["pages"] == 1
