@@ -35,6 +35,7 @@ from autotune.ground.records import (
     FlagValue,
     Role,
     RunRecord,
+    StudyRecord,
     TrialOutcome,
 )
 from autotune.launch.launcher import Launcher
@@ -65,8 +66,10 @@ from autotune.study.samplers import make_sampler
 from autotune.study.search import Search, StudyView
 from autotune.study.trials import TrialJudge
 from autotune.study.warm import (
+    Donor,
     WarmConfig,
     add_priors,
+    donors,
     prior_json,
     prior_trials,
     warm_configs,
@@ -103,6 +106,7 @@ class StudyRunner:
         self._fit: SpaceFit | None = None
         self._warm: list[WarmConfig] | None = None
         self._prior_done = False
+        self._donor_list: list[Donor] | None = None
         self._rdb: Any = None  # Optuna's RDB storage, once opened here
         #: Told the fit once this process adopts it (progress displays).
         self.on_fit: Callable[[SpaceFit], None] | None = None
@@ -296,7 +300,7 @@ class StudyRunner:
             self._warm = []
             if self.plan.options.warm_start:
                 record = self.store.get_study(self.plan.name)
-                self._warm = warm_configs(self.store, record, self.ctx.runs(), self.space,
+                self._warm = warm_configs(self._donors(record), self.space,
                                           self.ctx.judge.catalog)
             if self._warm:
                 self.store.save_warm_start(self.plan.name, [w.to_json() for w in self._warm])
@@ -317,13 +321,20 @@ class StudyRunner:
             return 0
         with self.ctx.held(claim, done=ClaimState.DONE):
             record = self.store.get_study(self.plan.name)
-            priors = prior_trials(self.store, record, self.ctx.runs(), self.space,
+            priors = prior_trials(self._donors(record), record, self.space,
                                   self.ctx.judge.catalog)
             with deferred_interrupt():
                 add_priors(study, self.space, priors)
                 if priors:
                     self.store.save_warm_start(self.plan.name, prior_json(priors), PLAN_PRIOR)
         return sum(p.copies for p in priors)
+
+    def _donors(self, record: StudyRecord) -> list[Donor]:
+        """The earlier studies a warm start draws from (`autotune.study.warm.donors`), read
+        once per process: the queue and the prior both use them."""
+        if self._donor_list is None:
+            self._donor_list = donors(self.store, record, self.ctx.runs())
+        return self._donor_list
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,

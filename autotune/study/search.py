@@ -51,7 +51,7 @@ from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_value
 from autotune.study.plan import BASELINE_KEY, TrialEvent
 from autotune.study.reap import owner_text, reap
 from autotune.study.samplers import Objective, SamplerChoice, grid_order
-from autotune.study.warm import WarmConfig, mapped_params
+from autotune.study.warm import WarmConfig, mapped_params, xla_default
 
 #: "on": before the sampler proposes, queue the configurations one decision away from
 #: the incumbent (`Space.neighbours`; XLA's defaults while there is none) that are
@@ -271,9 +271,7 @@ class Search:
 
     def _defaults(self) -> dict[str, Any]:
         """The params that give XLA's defaults (unset, else the flag's default value)."""
-        catalog = self.ctx.judge.catalog
-        params = self.space.params_for(
-            {}, lambda flag: catalog.get(flag).default if flag in catalog else None)
+        params = self.space.params_for({}, xla_default(self.ctx.judge.catalog))
         return params if params is not None else {}
 
     def _key(self, params: dict[str, Any]) -> str:

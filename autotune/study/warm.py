@@ -25,7 +25,7 @@ both off.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -75,13 +75,12 @@ class PriorTrial:
     copies: int
 
 
-def warm_configs(store: Any, study: StudyRecord, runs: list[RunRecord], space: Space,
-                 catalog: Any) -> list[WarmConfig]:
-    """The configurations `study` (its `runs` so far, its baseline measured) starts its
-    search with: one per earlier study, the most alike first, at most `WARM_FROM`, each
-    distinct and other than XLA's defaults."""
+def warm_configs(donors: list[Donor], space: Space, catalog: Any) -> list[WarmConfig]:
+    """The configurations a study starts its search with, from its `donors` (`donors`):
+    one per earlier study that confirmed one, the most alike first, at most `WARM_FROM`,
+    each distinct and other than XLA's defaults."""
     found: list[WarmConfig] = []
-    for donor in _donors(store, study, runs):
+    for donor in donors:
         theirs = _recommended(donor, catalog)
         if theirs is None:
             continue
@@ -94,7 +93,7 @@ def warm_configs(store: Any, study: StudyRecord, runs: list[RunRecord], space: S
     return list(distinct.values())[:WARM_FROM]
 
 
-def prior_trials(store: Any, study: StudyRecord, runs: list[RunRecord], space: Space,
+def prior_trials(donors: list[Donor], study: StudyRecord, space: Space,
                  catalog: Any) -> list[PriorTrial]:
     """What the `WARM_FROM` most alike earlier studies measured, as evidence for this
     study's sampler: each program they timed (`results.evidence.pooled`) whose
@@ -104,7 +103,7 @@ def prior_trials(store: Any, study: StudyRecord, runs: list[RunRecord], space: S
     if tuple(study.objectives) != ("time",):
         return []
     found: list[PriorTrial] = []
-    for donor in _donors(store, study, runs)[:WARM_FROM]:
+    for donor in donors[:WARM_FROM]:
         for program in pooled(donor.runs, partial(within_budget,
                                                   budget=donor.record.memory_budget_bytes)):
             params = mapped_params(program.first.flags, space, catalog)
@@ -150,7 +149,7 @@ def prior_copies(alike: float) -> int:
 
 
 @dataclass(frozen=True)
-class _Donor:
+class Donor:
     """An earlier study that may lend evidence: its runs on this study's backend and
     device kind, and how alike its workload is (`likeness`)."""
 
@@ -159,15 +158,16 @@ class _Donor:
     likeness: float
 
 
-def _donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[_Donor]:
+def donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[Donor]:
     """The database's other studies measured on this study's backend and device kind, with
     a baseline there, the most alike first (ties: by name); none before this study's
-    baseline ran."""
+    baseline ran (`runs`: this study's so far). Reads every other study's runs: call it
+    once and hand the list to `warm_configs` and `prior_trials`."""
     mine = _baseline(runs)
     if mine is None or mine.environment is None:
         return []
     here = (mine.environment.backend, mine.environment.device_kind)
-    found: list[_Donor] = []
+    found: list[Donor] = []
     for record in store.list_studies():
         if record.name == study.name:
             continue
@@ -175,11 +175,11 @@ def _donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[_Dono
                 and (r.environment.backend, r.environment.device_kind) == here]
         theirs = _baseline(kept)
         if theirs is not None:
-            found.append(_Donor(record, kept, likeness((study, mine), (record, theirs))))
+            found.append(Donor(record, kept, likeness((study, mine), (record, theirs))))
     return sorted(found, key=lambda d: (-d.likeness, d.record.name))
 
 
-def _recommended(donor: _Donor, catalog: Any) -> tuple[int | None, dict[str, FlagValue]] | None:
+def _recommended(donor: Donor, catalog: Any) -> tuple[int | None, dict[str, FlagValue]] | None:
     """What an earlier study recommends: (its trial, the flags: the minimal set where
     shrinking kept one), or None: nothing confirmed."""
     record, kept = donor.record, donor.runs
@@ -200,10 +200,7 @@ def mapped_params(flags: Mapping[str, FlagValue], space: Space, catalog: Any
             ) -> tuple[dict[str, Any], str] | None:
     """`flags` as params of `space` and the key of what they give, or None: the space
     cannot give the configuration's flags it has, or gives XLA's defaults."""
-    def default_of(flag: str) -> FlagValue | None:
-        return catalog.get(flag).default if flag in catalog else None
-
-    params = space.params_for(flags, default_of)
+    params = space.params_for(flags, xla_default(catalog))
     if params is None:
         return None
     from optuna.trial import FixedTrial
@@ -215,6 +212,14 @@ def mapped_params(flags: Mapping[str, FlagValue], space: Space, catalog: Any
                                                                if f in space.fixed}}):
         return None
     return params, config_key(got)
+
+
+def xla_default(catalog: Any) -> Callable[[str], FlagValue | None]:
+    """flag -> XLA's default value of it from `catalog` (None for a flag it does not hold):
+    what `Space.params_for` puts where a configuration leaves a flag out."""
+    def default_of(flag: str) -> FlagValue | None:
+        return catalog.get(flag).default if flag in catalog else None
+    return default_of
 
 
 def likeness(a: tuple[StudyRecord, RunRecord], b: tuple[StudyRecord, RunRecord]) -> float:
