@@ -286,7 +286,10 @@ def test_the_report_opens_offline(browser: Any, db: str, folder: Path, name: str
             line = p.page.locator("#recommended-xla-flags").inner_text()
             assert line == "--xla_cpu_enable_fast_math=true"
             button = p.page.locator("button.copy[data-copy=recommended-xla-flags]")
-            button.click()
+            button.click()  # the clipboard's promise settles after the click returns
+            p.page.wait_for_selector(
+                "button.copy[data-copy=recommended-xla-flags]:text-is('copied')",
+                timeout=10_000)
             assert button.inner_text() == "copied"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         p.page.screenshot(path=str(ARTIFACTS / f"report-{name}.png"), full_page=True)
