@@ -92,9 +92,12 @@ def test_a_left_process_is_named_with_where_it_waits(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fault_check, "LEFT_WATCH_S", 1.0)
     procs = fault_check.Processes(tmp_path)
-    stays = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env=procs.env)
+    stays = subprocess.Popen([sys.executable, "-c",
+                              "import time; print('up', flush=True); time.sleep(60)"],
+                             env=procs.env, stdout=subprocess.PIPE, text=True)
     try:
+        # its environment shows the case's folder only once it runs Python, not at fork
+        assert stays.stdout is not None and stays.stdout.readline() == "up\n"
         result = fault_check.Result(fault_check.Case("kill", "sqlite", "study", "leader",
                                                      "search"))
         left = procs.alive()
