@@ -82,6 +82,49 @@ def flags_under(output: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_finished_study_keeps_the_page_its_readers_would_compute(finished_study, tmp_path):
+    """The study's last process keeps its page (`study.service.publish_page`); `best
+    --format json` shows the kept rows while the study is unchanged, and computes its own
+    once a run is stored (issue 33's fast reads)."""
+    import inspect
+    import shutil
+
+    from autotune.cli.results import PAGE_ROWS
+    from autotune.flags.catalog import load_catalog
+    from autotune.results.view import study_page
+
+    assert PAGE_ROWS == inspect.signature(study_page).parameters["limit"].default
+    shutil.copy(finished_study / "autotune.db", tmp_path / "autotune.db")
+    name = "cpu-matmul-tiny-1dev"
+    with Store.open(f"sqlite:///{tmp_path / 'autotune.db'}") as store:
+        kept = json.loads(store.current_view(name) or "null")
+        computed = study_page(store.get_study(name), store.runs(name), load_catalog(),
+                              store.workers(name), claims=store.claims(name))
+        assert kept == json.loads(json.dumps(computed))
+        shown = json.loads(invoke("best", name, "--format", "json", cwd=tmp_path).output)
+        assert shown == kept["best"]
+        table = invoke("best", name, cwd=tmp_path).output
+        version = store.version(name)
+        store.save_view(name, "another version", json.dumps(kept))  # behind: computed
+        assert invoke("best", name, cwd=tmp_path).output == table
+        marked = [{**row, "kept": True} for row in kept["best"]]  # which path printed it
+        notes = [*kept["notes"], {"kind": "info", "text": "a note only the kept page has"}]
+        store.save_view(name, version, json.dumps({**kept, "best": marked, "notes": notes}))
+        shown = json.loads(invoke("best", name, "--format", "json", cwd=tmp_path).output)
+        assert shown == marked
+        assert "a note only the kept page has" in invoke("best", name, cwd=tmp_path).output
+        top = json.loads(invoke("best", name, "--format", "json", "--top", "1",
+                                cwd=tmp_path).output)
+        assert not any("kept" in row for row in top)  # another --top: computed
+        last = store.runs(name)[-1]
+        store.record_run(name, last.trial_number, last.role, last.flags, last.env,
+                         last.outcome, last.environment, ratio=last.ratio)
+        shown = json.loads(invoke("best", name, "--format", "json", cwd=tmp_path).output)
+        assert not any("kept" in row for row in shown)
+        assert "a note only the kept page has" not in invoke("best", name, cwd=tmp_path).output
+
+
 def test_best_prints_ranked_table_with_baseline(finished_study):
     result = invoke("best", "cpu-matmul-tiny-1dev", cwd=finished_study)
     assert result.exit_code == 0, result.output

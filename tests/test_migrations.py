@@ -345,6 +345,7 @@ def test_db_upgrade_from_0001_keeps_every_row_and_leaves_optuna_alone(url: str) 
             assert connection.execute(text("SELECT COUNT(*) FROM autotune_claims")).scalar() == 0
             assert connection.execute(text(
                 "SELECT COUNT(*) FROM autotune_artifacts")).scalar() == 0
+            assert connection.execute(text("SELECT COUNT(*) FROM autotune_views")).scalar() == 0
         # The upgraded schema is the models' (the path through every migration ends where
         # a fresh database starts), and autogenerate proposes nothing of Optuna's.
         with engine.connect() as connection:

@@ -644,10 +644,14 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
     assert low == pytest.approx(1 / 0.88) == high  # constant steps: a point interval
     assert real["median_step_s"] == 0.85 and real["peak_memory_bytes"] is None
     assert lucky["verdict"] == "no measurable gain" and lucky["confirmed_speedup"] == 1.0
+    assert real["confirmation_text"] == verdict_text(rows[1].confirmation)
+    assert real["confirmation_text"].endswith("faster") and base["confirmation_text"] == \
+        "not confirmed"
     assert [d["recommended"] for d in doc] == [False, True, False, False]
     assert sorted(real) == sorted(["rank", "trial", "flags_changed", "median_step_s",
                                    "search_speedup", "confirmed_speedup",
-                                   "confirmed_interval", "verdict", "recommended",
+                                   "confirmed_interval", "verdict", "confirmation_text",
+                                   "recommended",
                                    "peak_memory_bytes", "memory_source", "same_program",
                                    "observations",
                                    "pooled_speedup", "pooled_interval", "program_trials",

@@ -56,6 +56,7 @@ AUTOTUNE_TABLES = {
     "autotune_runs",
     "autotune_claims",
     "autotune_artifacts",
+    "autotune_views",
 }
 
 FULL = Measurement(

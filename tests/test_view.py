@@ -146,6 +146,22 @@ def test_each_flags_slice_plots_its_values_against_the_speedups_most_moving_firs
     assert got[0]["points"][0]["speedup"] == pytest.approx(1.25)
 
 
+def test_a_slice_plots_one_point_per_program_and_value_not_one_per_process():
+    """A study of thousands of processes on a few programs sends a few points a flag (a
+    10,000-trial study's page was 9 MB, 7.5 of them slices)."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    for ratio, program in [(0.8, "a"), (0.9, "b"), (0.5, "a"), (0.4, "a")]:
+        s.add(Role.SEARCH, {FAST: True}, ratio,
+              m=replace(measurement(ratio), fingerprint=program))
+    s.add(Role.SEARCH, {WIDTH: 512}, 1.0)
+    got = {g["flag"]: g["points"] for g in slices(s.runs, CATALOG)}
+    assert [(p["value"], p["trial"]) for p in got[FAST]] == [
+        ("true", 1), ("true", 2), ("default", 5)]
+    assert got[FAST][0]["speedup"] == pytest.approx(2.0)  # the median of 1.25, 2.0 and 2.5
+    assert got[FAST][1]["speedup"] == pytest.approx(1 / 0.9)
+
+
 def test_failures_group_by_kind_most_frequent_first_with_distinct_messages():
     s = Runs()
     for i in range(7):

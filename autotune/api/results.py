@@ -26,6 +26,7 @@ class BestEntry:
     confirmed_speedup: float | None
     confirmed_interval: list[float] | None
     verdict: str | None
+    confirmation_text: str
     recommended: bool
     peak_memory_bytes: int | None
     memory_source: str | None

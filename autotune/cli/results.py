@@ -35,11 +35,15 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
     A study measured in several environments gets a table per environment under a
     one-line header, the main one (the recommendation's) first; `environment` (a key,
     or a prefix naming one) shows that environment alone, as if it were the study's
-    only one.
+    only one. The table is drawn from the rows `--format json` prints. A study of
+    one environment and one objective, unchanged since its last process kept its
+    page (`Store.current_view`), is shown from that page: no run is read.
 
     Raises:
         UsageError: no environment, or several, match `environment`.
     """
+    if environment is None and limit == PAGE_ROWS and _print_kept(store, study_name, fmt):
+        return
     from autotune.flags.catalog import load_catalog
     from autotune.results.notes import environment_header, study_notes
     from autotune.results.ranking import environments
@@ -50,13 +54,13 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
     if environment is not None:
         runs = _environment_runs(study_name, runs, environment)
     results = StudyResults.of(record, runs, load_catalog())
-    rows = results.rows(limit)
+    shown = results.rows(limit)
+    rows = results.best_json(shown)
     if fmt == OutputFormat.JSON:
-        print_json(results.best_json(rows))
+        print_json(rows)
         return
     rec = results.recommendation
-    say(literal(f"recommended: trial {rec.run.trial_number}, {rec.reason}"
-                if rec.run is not None else f"recommended: XLA's defaults; {rec.reason}"))
+    _say_recommended(rec.run.trial_number if rec.run is not None else None, rec.reason)
     title = (f"{literal(study_name)}: {literal(record.benchmark)} "
              f"({literal(record.preset)}) on {literal(record.space)}")
     groups = environments(runs)
@@ -64,12 +68,46 @@ def print_best(store: Any, study_name: str, limit: int, fmt: str = "table",
         if len(groups) > 1:  # one line: cut to the table's width
             out.print(literal(environment_header(group)), highlight=False, width=TABLE_WIDTH,
                       no_wrap=True, overflow="ellipsis", crop=True)
-        _print_rows([row for row in rows if row.environment == group.key or len(groups) == 1],
-                    title if i == 0 else None)
+        _print_rows([row for row in rows if row["environment"] == group.key
+                     or len(groups) == 1], title if i == 0 else None)
     if record.multi_objective:
         _print_pareto(record, runs)
-    for note in study_notes(record, runs, rows):
+    for note in study_notes(record, runs, shown):
         say(literal(note.text))
+
+
+#: The rows the study's kept page holds (`results.view.study_page`'s default `limit`).
+PAGE_ROWS = 10
+
+
+def _print_kept(store: Any, study_name: str, fmt: str) -> bool:
+    """Print `best` from the study's kept page where it is current and says all a table
+    would (one environment, time alone); False where the caller must compute."""
+    text = store.current_view(study_name)  # what the study's writer computed and kept
+    if text is None:
+        return False
+    import json
+
+    page = json.loads(text)
+    rows, study = page["best"], page["study"]
+    if fmt == OutputFormat.JSON:
+        print_json(rows)
+        return True
+    if len({row["environment"] for row in rows}) > 1 or study["objectives"] != ["time"]:
+        return False  # an environment's header, the Pareto front: from the runs
+    rec = page["recommendation"]
+    _say_recommended(rec["trial"] if rec["recommended"] else None, rec["reason"])
+    _print_rows(rows, f"{literal(study_name)}: {literal(study['benchmark'])} "
+                      f"({literal(study['preset'])}) on {literal(study['space'])}")
+    for note in page["notes"]:
+        say(literal(note["text"]))
+    return True
+
+
+def _say_recommended(trial: int | None, reason: str) -> None:
+    """The first line of `best`: what autotune recommends and why."""
+    say(literal(f"recommended: trial {trial}, {reason}" if trial is not None
+                else f"recommended: XLA's defaults; {reason}"))
 
 
 def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
@@ -85,50 +123,50 @@ def _environment_runs(study_name: str, runs: list[Any], key: str) -> list[Any]:
     return group.runs
 
 
-def _print_rows(rows: list[Any], title: str | None) -> None:
-    """One environment's best table and the flags of its ranked rows."""
+def _print_rows(rows: list[dict[str, Any]], title: str | None) -> None:
+    """One environment's best table from its `best --format json` rows, and the flags of
+    its ranked rows."""
     from rich.table import Table
-
-    from autotune.results.ranking import verdict_text
 
     table = Table(title=title, width=TABLE_WIDTH)
     for col, least in (("rank", 8), ("trial", 5), ("own step", 8), ("search speedup", 8),
                        ("peak memory", 8)):  # search speedup: pooled over n processes
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
-    base_source = next((row.memory_source for row in rows if row.rank is None), None)
+    base_source = next((row["memory_source"] for row in rows if row["rank"] is None), None)
     for row in rows:
+        peak = row["peak_memory_bytes"]
         table.add_row(
-            "baseline" if row.rank is None else str(row.rank), str(row.run.trial_number),
-            f"{row.median_s * 1e3:.2f} ms" if row.median_s else "-",
+            "baseline" if row["rank"] is None else str(row["rank"]), str(row["trial"]),
+            f"{row['median_step_s'] * 1e3:.2f} ms" if row["median_step_s"] else "-",
             _search_figure(row),
-            fmt_bytes(row.peak_memory_bytes)
-            + ("*" if row.peak_memory_bytes is not None and base_source is not None
-               and row.memory_source != base_source else ""),
-            "" if row.rank is None else verdict_text(row.confirmation)
-            + (" (recommended)" if row.recommended else ""),
+            fmt_bytes(peak) + ("*" if peak is not None and base_source is not None
+                               and row["memory_source"] != base_source else ""),
+            "" if row["rank"] is None else row["confirmation_text"]
+            + (" (recommended)" if row["recommended"] else ""),
         )
     out.print(table)
-    _print_flags([(f"#{row.rank} (trial {row.run.trial_number}"
-                   + (", the baseline's program" if row.same_program else "")
-                   + _program_trials(row) + ")", row.changed)
-                  for row in rows if row.rank is not None])
+    _print_flags([(f"#{row['rank']} (trial {row['trial']}"
+                   + (", the baseline's program" if row["same_program"] else "")
+                   + _program_trials(row) + ")", row["flags_changed"])
+                  for row in rows if row["rank"] is not None])
 
 
-def _search_figure(row: Any) -> str:
+def _search_figure(row: dict[str, Any]) -> str:
     """The search's speedup: the baseline's A/A figure, a program's pooled figure over its
-    `n` processes (`results.evidence`), or the one run's."""
-    if row.rank is None:
-        return f"×{row.speedup:.3f} (A/A)" if row.speedup else "-"
-    program = row.program
-    if program is not None and program.n > 1:
-        return f"×{1 / program.ratio:.3f} n={program.n}"
-    return f"×{row.speedup:.3f}" if row.speedup else "-"
+    `observations` processes (`results.evidence`), or the one run's."""
+    speedup = row["search_speedup"]
+    if row["rank"] is None:
+        return f"×{speedup:.3f} (A/A)" if speedup else "-"
+    if (row["observations"] or 0) > 1:
+        return f"×{row['pooled_speedup']:.3f} n={row['observations']}"
+    return f"×{speedup:.3f}" if speedup else "-"
 
 
-def _program_trials(row: Any) -> str:
-    """', also trials 7, 12' when other trials' configurations compiled to the row's program."""
-    others = [n for n in (row.program.trials if row.program else []) if n != row.run.trial_number]
+def _program_trials(row: dict[str, Any]) -> str:
+    """'; same program: trials 7, 12' when other trials' configurations compiled to the
+    row's program."""
+    others = [n for n in row["program_trials"] or [] if n != row["trial"]]
     return f"; same program: trials {', '.join(map(str, others))}" if others else ""
 
 

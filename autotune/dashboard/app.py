@@ -24,7 +24,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -99,9 +99,13 @@ def plotly_js() -> Path:
 
 @dataclass
 class _Cached:
+    """One version of a study: its record, its runs once something needs them (`earlier`:
+    the runs of the version before, so only those stored since are read), the pages."""
+
     version: str
     record: StudyRecord
-    runs: list[RunRecord]
+    earlier: list[RunRecord] = field(default_factory=list)
+    runs: list[RunRecord] | None = None
     page: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     importance: dict[str, Any] | None = None
@@ -113,6 +117,8 @@ class Reader:
     Thread-safe (Starlette runs the routes in a thread pool): one study is read
     and computed by one thread at a time, so a page asked for while it is being
     computed waits for that computation instead of repeating it. Never writes.
+    A study page its writer kept for the study's present version
+    (`Store.current_view`) is shown as kept, and no run is read for it.
     """
 
     def __init__(self, store: Store) -> None:
@@ -128,47 +134,75 @@ class Reader:
         return self.store.version(name)
 
     def _entry(self, name: str) -> _Cached:
-        """The study as of now: its runs read once, then only those stored since (runs
-        never change once stored); the pages computed from them are dropped on change.
-        Called with the lock held."""
+        """The study as of now; its pages computed from it are dropped on change. Called
+        with the lock held."""
         version = self.version(name)
         hit = self._cache.get(name)
         if hit is not None and hit.version == version:
             return hit
-        if hit is None:
-            runs = self.store.runs(name)
-        else:
-            last = hit.runs[-1].id if hit.runs else None
-            runs = hit.runs + self.store.runs(name, after=last)
-        entry = self._cache[name] = _Cached(version, self.store.get_study(name), runs)
+        earlier = [] if hit is None else hit.runs if hit.runs is not None else hit.earlier
+        entry = self._cache[name] = _Cached(version, self.store.get_study(name), earlier)
         return entry
 
+    def _runs(self, name: str, entry: _Cached) -> list[RunRecord]:
+        """Every run of the entry's study: read once, then only those stored since (runs
+        never change once stored). Called with the lock held."""
+        if entry.runs is None:
+            last = entry.earlier[-1].id if entry.earlier else None
+            entry.runs = entry.earlier + self.store.runs(name, after=last)
+        return entry.runs
+
     def warm(self) -> None:
-        """Read and compute every study's page once (the first visit is then as fast as
-        the next). Errors are left for the request that meets them."""
+        """Compile the templates, read or compute every study's page once (the first
+        visit is then as fast as the next), then read the runs of the studies whose page
+        was kept (a change then reads only the runs stored since). Errors are left for
+        the request that meets them."""
+        from autotune.dashboard.render import environment
+
+        for template in ("study.html", "studies.html"):
+            environment().get_template(template)
         with contextlib.suppress(AutotuneError):
-            for record in self.store.list_studies():
-                self.study(record.name)
-                self.summary(record.name)
+            names = [record.name for record in self.store.list_studies()]
+            for name in names:
+                self.study(name)
+                self.summary(name)
+            for name in names:
+                self.read(name)
+
+    def record(self, name: str) -> StudyRecord:
+        """The study's record as of now (no run read)."""
+        with self._lock:
+            return self._entry(name).record
 
     def read(self, name: str) -> tuple[StudyRecord, list[RunRecord]]:
         """The study's record and every run, as of now."""
         with self._lock:
             entry = self._entry(name)
-        return entry.record, entry.runs
+            return entry.record, self._runs(name, entry)
 
     def study(self, name: str) -> dict[str, Any]:
-        """`view.study_page` of the study, computed once per version."""
-        from autotune.results.view import study_page
-
+        """`view.study_page` of the study, once per version: the page its writer kept for
+        this version, or computed from its runs."""
         with self._lock:
             entry = self._entry(name)
             if entry.page is None:
-                entry.page = study_page(entry.record, entry.runs, self.catalog,
-                                        self.store.workers(name),
-                                        claims=self.store.claims(name))
+                entry.page = self._kept(name, entry) or self._computed(name, entry)
                 entry.summary = entry.page["summary"]
             return entry.page
+
+    def _kept(self, name: str, entry: _Cached) -> dict[str, Any] | None:
+        """The page the study's writer kept at the entry's version, or None."""
+        stored = self.store.stored_view(name)
+        if stored is None or stored[0] != entry.version:
+            return None
+        page: dict[str, Any] = json.loads(stored[1])
+        return page
+
+    def _computed(self, name: str, entry: _Cached) -> dict[str, Any]:
+        from autotune.results.view import study_page
+
+        return study_page(entry.record, self._runs(name, entry), self.catalog,
+                          self.store.workers(name), claims=self.store.claims(name))
 
     def importance(self, name: str) -> dict[str, Any]:
         """`importance --format json` of the study, once per version, with `available`
@@ -189,13 +223,17 @@ class Reader:
 
     def summary(self, name: str) -> dict[str, Any]:
         """`view.study_summary` of the study (its line on the studies page), once per
-        version."""
+        version: the kept page's where there is one."""
         from autotune.results.view import study_summary
 
         with self._lock:
             entry = self._entry(name)
+            if entry.summary is None and entry.page is None:
+                entry.page = self._kept(name, entry)
+            if entry.page is not None:
+                entry.summary = entry.page["summary"]
             if entry.summary is None:
-                entry.summary = study_summary(entry.record, entry.runs,
+                entry.summary = study_summary(entry.record, self._runs(name, entry),
                                               self.store.workers(name))
             return entry.summary
 
@@ -224,8 +262,17 @@ def _missing(what: str) -> HTTPException:
 
 
 def _study_or_404(reader: Reader, name: str) -> tuple[StudyRecord, list[RunRecord]]:
+    """The study's record and every run (404 when there is no such study)."""
     try:
         return reader.read(name)
+    except StudyNotFoundError as exc:
+        raise _missing(f"no study called {name!r} in this database") from exc
+
+
+def _record_or_404(reader: Reader, name: str) -> StudyRecord:
+    """The study's record alone, for a route that reads no run (404 when there is none)."""
+    try:
+        return reader.record(name)
     except StudyNotFoundError as exc:
         raise _missing(f"no study called {name!r} in this database") from exc
 
@@ -239,7 +286,7 @@ def studies_page(request: Request) -> Response:
 def study_page(request: Request) -> Response:
     name = _name(request)
     reader = _reader(request)
-    _study_or_404(reader, name)
+    _record_or_404(reader, name)
     return HTMLResponse(page_html("study.html", page=reader.study(name),
                                   refresh_s=_refresh(request),
                                   poll=_version_path(request, name)))
@@ -366,7 +413,7 @@ def api_studies(request: Request) -> Response:
 def api_study(request: Request) -> Response:
     name = _name(request)
     reader = _reader(request)
-    _study_or_404(reader, name)
+    _record_or_404(reader, name)
     return JSONResponse(reader.study(name))
 
 
@@ -379,14 +426,14 @@ def api_importance(request: Request) -> Response:
     `autotune importance --format json`), for the study page's importance chart."""
     name = _name(request)
     reader = _reader(request)
-    _study_or_404(reader, name)
+    _record_or_404(reader, name)
     return JSONResponse(reader.importance(name))
 
 
 def api_study_version(request: Request) -> Response:
     name = _name(request)
     reader = _reader(request)
-    _study_or_404(reader, name)
+    _record_or_404(reader, name)
     return JSONResponse({"version": reader.version(name)})
 
 

@@ -57,7 +57,8 @@ def _when(iso: str | None) -> str:
 
 @cache
 def environment() -> jinja2.Environment:
-    """The template environment: package templates, autoescape on, strict undefined."""
+    """The template environment: package templates, autoescape on, strict undefined. One
+    per process: it keeps each template compiled (jinja2 renders from many threads)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)

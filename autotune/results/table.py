@@ -21,6 +21,7 @@ from autotune.results.ranking import (
     ordered,
     programs,
     recommend,
+    verdict_text,
 )
 
 
@@ -270,7 +271,9 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
     `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, `less than 1.0%
     faster` for a gain below `confirmation.MIN_GAIN`, or None when not confirmed),
-    `recommended` (the one configuration autotune recommends over XLA's defaults),
+    `confirmation_text` (the confirmation in words with its figure, as `best`'s table
+    shows it: `ranking.verdict_text`), `recommended` (the one configuration autotune
+    recommends over XLA's defaults),
     `peak_memory_bytes` with its `memory_source` (`memory_stats` or
     `memory_analysis`: not comparable with each other) and `same_program` (as
     the baseline's);
@@ -289,6 +292,7 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
         "confirmed_speedup": estimate.speedup if estimate else (1.0 if row.confirmed else None),
         "confirmed_interval": list(estimate.speedup_interval) if estimate else None,
         "verdict": c.verdict() if c is not None else None,
+        "confirmation_text": verdict_text(c),
         "recommended": row.recommended,
         "peak_memory_bytes": row.peak_memory_bytes, "memory_source": row.memory_source,
         "same_program": row.same_program,

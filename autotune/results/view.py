@@ -198,30 +198,38 @@ SLICES_MOST = 12
 
 
 def slices(runs: Sequence[RunRecord], catalog: Any) -> list[dict[str, Any]]:
-    """Each flag's slice of the search: the speedup of every timed search process against
-    the value it gave the flag (`default` where it left XLA's), as Optuna's slice plot
-    shows a param. One entry per flag that took at least two values: `flag`, `points`
-    ({value, speedup, trial}, in run order); the flags whose median speedup differs most
-    between their values first, at most `SLICES_MOST`."""
-    by_flag: dict[str, list[tuple[str, float, int | None]]] = defaultdict(list)
+    """Each flag's slice of the search: the speedups of the timed search processes against
+    the value they gave the flag (`default` where they left XLA's), as Optuna's slice
+    plot shows a param, one point per program and value. One entry per flag that took
+    at least two values: `flag`, `points` ({value, speedup (the median of that
+    program's processes that gave the flag that value), trial (the first of them)}, in
+    the order of those first runs); the flags whose median speedup differs most between
+    their values (over every process) first, at most `SLICES_MOST`. A run whose program
+    is unknown is a program of its own."""
+    by_flag: dict[str, dict[tuple[str, str], list[tuple[float, int | None]]]] = \
+        defaultdict(lambda: defaultdict(list))
     timed = [r for r in runs if r.role in (Role.SEARCH, Role.RECOMMENDED) and r.outcome.ok
              and r.speedup is not None]
-    flags = {f for r in timed for f in changed_flags(r.flags, catalog)}
-    for run in timed:
-        changed = changed_flags(run.flags, catalog)
+    changed = [changed_flags(r.flags, catalog) for r in timed]
+    flags = {f for c in changed for f in c}
+    for run, its in zip(timed, changed, strict=True):
+        m = run.outcome.measurement
+        program = m.fingerprint if m is not None and m.fingerprint else f"run {run.id}"
         for flag in flags:
-            value = render_value(changed[flag]) if flag in changed else "default"
-            by_flag[flag].append((value, float(run.speedup or 0.0), run.trial_number))
+            value = render_value(its[flag]) if flag in its else "default"
+            by_flag[flag][value, program].append((float(run.speedup or 0.0), run.trial_number))
     shown = []
-    for flag, points in by_flag.items():
-        medians = [statistics.median(s for v, s, _ in points if v == value)
-                   for value in {v for v, _, _ in points}]
+    for flag, groups in by_flag.items():
+        medians = [statistics.median(s for (v, _), got in groups.items() if v == value
+                                     for s, _ in got)
+                   for value in {v for v, _ in groups}]
         if len(medians) > 1:
-            shown.append((max(medians) - min(medians), flag, points))
+            shown.append((max(medians) - min(medians), flag, groups))
     shown.sort(key=lambda e: (-e[0], e[1]))
-    return [{"flag": flag, "points": [{"value": v, "speedup": s, "trial": t}
-                                      for v, s, t in points]}
-            for _, flag, points in shown[:SLICES_MOST]]
+    return [{"flag": flag, "points": [
+        {"value": value, "speedup": statistics.median(s for s, _ in got), "trial": got[0][1]}
+        for (value, _), got in groups.items()]}
+            for _, flag, groups in shown[:SLICES_MOST]]
 
 
 #: The most claims the timeline draws (the latest): a chart of 10,000 bars says no more.

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
-from sqlalchemy import Engine, exc, select
+from sqlalchemy import Engine, delete, exc, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.ground.errors import StorageError, StudyMismatchError, StudyNotFoundError
@@ -45,6 +46,25 @@ def asked_again(method: Callable[_P, _T]) -> Callable[_P, _T]:
             return method(*args, **kwargs)
 
     return again
+
+
+def upsert(session: Session, model: type[Base], values: Mapping[str, Any],
+           identity: Sequence[str]) -> None:
+    """Store the row `values`, replacing the one with the same `identity` columns (a unique
+    constraint), in one statement on SQLite and PostgreSQL (`INSERT ... ON CONFLICT DO
+    UPDATE`): two processes storing at once both succeed, the last to commit wins.
+    Another database deletes and inserts in the session's transaction."""
+    name = session.get_bind().dialect.name
+    if name in ("sqlite", "postgresql"):
+        statement = (sqlite.insert if name == "sqlite" else postgresql.insert)(model).values(
+            dict(values))
+        session.execute(statement.on_conflict_do_update(
+            index_elements=list(identity),
+            set_={key: statement.excluded[key] for key in values if key not in identity}))
+        return
+    session.execute(delete(model).where(
+        *(getattr(model, key) == values[key] for key in identity)))
+    session.execute(insert(model).values(dict(values)))
 
 
 def _study_named(session: Session, name: str) -> StudyRow | None:

@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from autotune.ground.records import ArtifactRecord
-from autotune.storage._base import StoreBase
+from autotune.storage._base import StoreBase, upsert
 from autotune.storage.models import ArtifactRow
 
 #: The columns that tell one artifact from another (`uq_autotune_artifacts_identity`).
@@ -51,20 +50,9 @@ def put(session: Session, study_id: int, trial_number: int, env_key: str, kind: 
     processes that store the same artifact at once both succeed and the last
     one's is kept; another database deletes and inserts in the transaction.
     """
-    values = {"study_id": study_id, "trial_number": trial_number, "env_key": env_key,
-              "kind": kind, "content": content, "meta": dict(meta),
-              "created_at": datetime.now(UTC)}
-    name = session.get_bind().dialect.name
-    if name in ("sqlite", "postgresql"):
-        upsert = (sqlite.insert if name == "sqlite" else postgresql.insert)(ArtifactRow)
-        statement = upsert.values(values)
-        session.execute(statement.on_conflict_do_update(
-            index_elements=list(IDENTITY),
-            set_={key: statement.excluded[key] for key in ("content", "meta", "created_at")}))
-        return
-    session.execute(delete(ArtifactRow).where(
-        *(getattr(ArtifactRow, key) == values[key] for key in IDENTITY)))
-    session.execute(insert(ArtifactRow).values(values))
+    upsert(session, ArtifactRow, {
+        "study_id": study_id, "trial_number": trial_number, "env_key": env_key, "kind": kind,
+        "content": content, "meta": dict(meta), "created_at": datetime.now(UTC)}, IDENTITY)
 
 
 def one(session: Session, study_id: int, trial_number: int, env_key: str,

@@ -41,7 +41,7 @@ from autotune.storage.outage import ride_out_outages
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """The migration this code needs; the tests check it is the head of `alembic/versions`."""
 
 PG_CONNECT_TIMEOUT_S = 10

@@ -430,6 +430,26 @@ class ArtifactRow(Base):
             created_at=_aware(self.created_at),
         )
 
+class ViewRow(Base):
+    """A study's page as its writer computed it (`Store.save_view`), so that a reader of
+    an unchanged study shows it without reading every run.
+
+    One per study. `version` is `Store.version` when the writer began reading;
+    `made_by` is the autotune that computed it (`ground.resources.source_digest`
+    with its version): a page is current only while both match the reader's.
+    `page` is the page's JSON text (`results.view.study_page`).
+    """
+
+    __tablename__ = "autotune_views"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("autotune_studies.id"), unique=True)
+    version: Mapped[str] = mapped_column(String(255))
+    made_by: Mapped[str] = mapped_column(String(64))
+    page: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 _EXTRAS = ("warmup_steps", "warmup_settled", "warmup_times_s", "baseline_warmup_times_s",
            "output_dtype", "abs_sum", "numerics_error", "same_program_as", "collectives",
            "pgle")

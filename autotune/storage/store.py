@@ -46,15 +46,17 @@ from autotune.storage.models import (
     ClaimRow,
     RunRow,
     StudyRow,
+    ViewRow,
     utcnow,
 )
 from autotune.storage.runs import RunsMixin
+from autotune.storage.views import ViewsMixin
 
 #: What other modules take from here: the store, its schema revision, reading a revision.
 __all__ = ["HEAD_REVISION", "Store", "revision_of"]
 
 
-class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
+class Store(RunsMixin, ClaimsMixin, ArtifactsMixin, ViewsMixin):
     """autotune's tables in one SQL database (SQLite or PostgreSQL).
 
     Open it with `Store.open(url)`; close it with `close()` or a `with` block.
@@ -258,8 +260,8 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
             study.plan = {**(study.plan or {}), "recipe": dict(recipe)}
 
     def delete_study(self, name: str) -> int:
-        """Delete the study called `name` with its runs, claims and artifacts, in one
-        transaction (Optuna's study of the same name is `_optuna.delete_optuna_study`'s).
+        """Delete the study called `name` with its runs, claims, artifacts and stored page,
+        in one transaction (Optuna's study of the same name is `_optuna.delete_optuna_study`'s).
         Returns how many runs it held.
 
         Raises:
@@ -269,10 +271,25 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin):
             study = self._study_row(session, name)
             runs = session.scalar(select(func.count()).select_from(RunRow).where(
                 RunRow.study_id == study.id)) or 0
-            for table in (ClaimRow, ArtifactRow, RunRow):
+            for table in (ClaimRow, ArtifactRow, ViewRow, RunRow):
                 session.execute(delete(table).where(table.study_id == study.id))
             session.delete(study)
             return runs
+
+    def current_view(self, name: str) -> str | None:
+        """The study's stored page (JSON text, `save_view`) where it is still current: made
+        by this autotune at the study's present `version`. None otherwise (nothing
+        stored, an older version, another autotune): the reader computes the page.
+        Two indexed queries; reads no run.
+
+        Raises:
+            StudyNotFoundError: no study called `name`.
+        """
+        stored = self.stored_view(name)
+        if stored is None:
+            return None
+        version, page = stored
+        return page if version == self.version(name) else None
 
     @asked_again
     def list_studies(self) -> list[StudyRecord]:

@@ -8,6 +8,7 @@ reaches them through a `Watcher`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from autotune.ground.records import Environment
@@ -19,6 +20,8 @@ from autotune.study.pgle import pgle_refusal
 from autotune.study.plan import ConfirmEvent, PgleEvent, ShrinkEvent, StudyPlan
 from autotune.study.runner import StudyRunner
 from autotune.study.samplers import Objective
+
+log = logging.getLogger(__name__)
 
 
 class Watcher:
@@ -66,10 +69,39 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
     """After the search: confirm the best `after.confirm`, shrink the recommendation and run
     the PGLE phase, as `after` asks (nothing for a study of memory alone); then, when the
     search holds all its trials, note the study finished (`Store.mark_finished`: its
-    state is `done` until it is asked for more trials)."""
+    state is `done` until it is asked for more trials); last, keep its page for readers
+    (`publish_page`)."""
     _after_search(runner, after, watcher or Watcher())
     if runner.remaining() == 0:
         runner.store.mark_finished(runner.plan.name, runner.plan.trials)
+    publish_page(runner.store, runner.plan.name)
+
+
+def publish_page(store: Store, name: str) -> bool:
+    """Compute the study's page (`results.view.study_page`, the dashboard's, whose `best`
+    is `best --format json`) once and keep it with the study's version
+    (`Store.save_view`), so that readers of the study as it stands now read no run.
+
+    The version is taken before the runs are read: a run stored meanwhile leaves the
+    kept page behind its study, and readers compute their own. Never stops the study:
+    a failure to store the page is logged and False returned (readers compute the
+    page, as they would without it).
+    """
+    import json
+
+    from autotune.flags.catalog import load_catalog
+    from autotune.results.view import study_page
+
+    try:
+        version = store.version(name)
+        page = study_page(store.get_study(name), store.runs(name), load_catalog(),
+                          store.workers(name), claims=store.claims(name))
+        store.save_view(name, version, json.dumps(page))
+    except Exception as exc:  # noqa: BLE001 - a page not kept must never stop the study
+        log.warning("the study's page was not kept (readers compute it): %s", exc)
+        log.debug("why the page was not kept", exc_info=True)
+        return False
+    return True
 
 
 def _after_search(runner: StudyRunner, after: AfterSearch, watch: Watcher) -> None:

@@ -9,7 +9,8 @@ Starts a real `autotune dashboard` process on a free port of 127.0.0.1 and
 times, over HTTP:
 
 1. the study page asked for the moment the server listens: it waits for the
-   server's first reading of the study (every run, then the page computed);
+   server's first reading of the study (the page its last process kept, where
+   the study has not changed since; else every run, then the page computed);
 2. `--repeats` more (the page is kept until the study changes: each costs the
    version query and the template), and likewise the studies page, the
    version poll every open page makes, a trial page and the study's JSON;

@@ -2,7 +2,7 @@
 
 Usage:
     python benchmarks/scripts/fill_study.py --storage sqlite:///big.db --trials 10000 \\
-        [--name NAME] [--seed S] [--repeats R]
+        [--name NAME] [--seed S] [--repeats R] [--in-flight]
 
 `--storage` takes any store URL (`postgresql+psycopg://user@host/db` too).
 The study is made the way `autotune study` makes one on the `cpu` space
@@ -24,8 +24,11 @@ The study is made the way `autotune study` makes one on the `cpu` space
   chooses), 4 rounds each, with the baseline's own confirmation runs;
 - the shrinking of the recommendation, run by `autotune.results.shrink`
   itself: it says what to measure next, this script makes it up;
-- a DONE claim for every measured run, the shrinking's released claim, and
-  two RUNNING claims of two processes.
+- a DONE claim for every measured run and the shrinking's released claim;
+- then the study ends as `study.service.finish` ends one: marked finished, its
+  page computed once and kept (`publish_page`), so readers read no run; or,
+  with `--in-flight`, two processes still measure it (two RUNNING claims) and
+  every reader computes the page from the runs.
 
 A study that already holds runs is not filled again: it is timed as it is.
 Then each read is timed `--repeats` times (median and best, in seconds):
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata
+import json
 import math
 import platform
 import random
@@ -81,6 +85,7 @@ from autotune.spaces.params import Param
 from autotune.spaces.space import Space
 from autotune.storage.store import Store
 from autotune.study.plan import StudyPlan
+from autotune.study.service import publish_page
 
 HOST = "bench-node-1"
 OWNERS = ((HOST, 41001), (HOST, 41002))  # two processes ran the study
@@ -358,8 +363,10 @@ def study_plan(name: str, trials: int, seed: int) -> StudyPlan:
                      trials=trials, seed=seed)
 
 
-def fill(store: Store, plan: StudyPlan, seed: int) -> int:
-    """Make the study up and store it; returns how many runs were stored."""
+def fill(store: Store, plan: StudyPlan, seed: int, in_flight: bool = False) -> int:
+    """Make the study up and store it; returns how many runs were stored. `in_flight`:
+    two processes still measure it (two RUNNING claims); otherwise it finished and its
+    page is kept, as `study.service.finish` does."""
     catalog = load_catalog()
     store.ensure_study(plan.name, plan.space_name, plan.workload.name, plan.options.preset,
                        plan.options.devices, plan.mode, space_backend=plan.space.backend,
@@ -383,12 +390,20 @@ def fill(store: Store, plan: StudyPlan, seed: int) -> int:
                                OWNERS[0])
         assert claim is not None
         store.release(claim.id)
-    for offset, owner in enumerate(OWNERS):  # two processes measure right now
-        flags = filler.unseen()
-        store.claim(plan.name, HOST, filler.key(flags), Role.SEARCH, flags, after + offset,
-                    owner)
+    if in_flight:
+        for offset, owner in enumerate(OWNERS):  # two processes measure right now
+            flags = filler.unseen()
+            store.claim(plan.name, HOST, filler.key(flags), Role.SEARCH, flags, after + offset,
+                        owner)
+    else:  # the study ended as `study.service.finish` ends one
+        store.mark_finished(plan.name, plan.trials)
+        started = time.perf_counter()
+        publish_page(store, plan.name)
+        kept = time.perf_counter() - started
     print(f"made up {len(filler.runs)} runs in {made:.1f} s, stored them with their claims "
-          f"in {stored:.1f} s (shrinking: {'trial ' + str(shrunk) if shrunk else 'none'})")
+          f"in {stored:.1f} s (shrinking: {'trial ' + str(shrunk) if shrunk else 'none'})"
+          + ("; two processes measure now" if in_flight else
+             f"; the study finished, its page kept in {kept:.1f} s"))
     return len(filler.runs)
 
 
@@ -456,11 +471,17 @@ def measure(url: str, name: str, repeats: int) -> list[tuple[str, float, float]]
             ("confirmed_order", lambda: confirmed_order(runs, budget)),
             ("study page: runs + best_rows + recommend + notes", page),
             ("Study(name, storage).best() in-process", lambda: Study(name, url).best()),
+            ("the kept page, where current (Store.current_view, JSON decoded)",
+             lambda: store.current_view(name) and json.loads(store.current_view(name) or "")),
         ]
+        print("the study's kept page is "
+              + ("current" if store.current_view(name) else "missing or behind the study"))
         figures = [(what, *timed(fn, repeats)) for what, fn in cases]
     best_argv = [*_autotune_argv(), "best", name, "--storage", url, "--format", "json"]
     figures.append(("`autotune best NAME --format json` (process)",
                     *timed(lambda: _run(best_argv), repeats)))
+    figures.append(("`autotune best NAME` (table, process)",
+                    *timed(lambda: _run(best_argv[:-2]), repeats)))
     figures.append(("  of which: start-up, imports, catalog (no database)",
                     *timed(lambda: _run([sys.executable, "-c", IMPORTS]), repeats)))
     figures.append(("  of which: python -c pass",
@@ -484,6 +505,9 @@ def main() -> int:
     parser.add_argument("--name", default="big-cpu-transformer-small")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5, help="timings of each read")
+    parser.add_argument("--in-flight", action="store_true",
+                        help="leave two processes measuring it (no page kept: readers compute "
+                             "it) instead of a finished study")
     args = parser.parse_args()
     with Store.open(args.storage) as store:
         held = (len(store.runs(args.name))
@@ -491,7 +515,7 @@ def main() -> int:
         if held:
             print(f"study {args.name!r} holds {held} runs already: timing it as it is")
         else:
-            fill(store, study_plan(args.name, args.trials, args.seed), args.seed)
+            fill(store, study_plan(args.name, args.trials, args.seed), args.seed, args.in_flight)
     report(measure(args.storage, args.name, args.repeats))
     return 0
 
