@@ -65,7 +65,7 @@ def test_a_full_disk_at_open_is_one_line_that_says_so(tmp_path):
 @needs_tmpfs
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_study_stops_it_with_one_line_and_keeps_the_runs(tmp_path):
-    done = _study_on_a_small_disk(tmp_path, "420k", 40)
+    done = _study_on_a_small_disk(tmp_path, "460k", 40)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr[-3000:]
     assert done.stderr.startswith("error: the database")
