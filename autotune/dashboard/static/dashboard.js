@@ -81,7 +81,7 @@
     }).catch(function () { el.textContent = "the importance could not be read"; });
   }
 
-  // One small chart per flag: the speedup of each search process against the flag's value.
+  // One small chart per flag: each program's median search speedup against the flag's value.
   function sliceCharts(slices) {
     var box = document.getElementById("chart-slices");
     if (!slices || !slices.length || !box) return;
