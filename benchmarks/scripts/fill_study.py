@@ -472,7 +472,7 @@ def measure(url: str, name: str, repeats: int) -> list[tuple[str, float, float]]
             ("study page: runs + best_rows + recommend + notes", page),
             ("Study(name, storage).best() in-process", lambda: Study(name, url).best()),
             ("the kept page, where current (Store.current_view, JSON decoded)",
-             lambda: store.current_view(name) and json.loads(store.current_view(name) or "")),
+             lambda: json.loads(store.current_view(name) or "null")),
         ]
         print("the study's kept page is "
               + ("current" if store.current_view(name) else "missing or behind the study"))
