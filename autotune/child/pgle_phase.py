@@ -55,7 +55,7 @@ def pgle_candidate(lowered: Any, step: Any, args: tuple[Any, ...], job: Job,
 
     config = pgle.reference_options(job.compiler_options or {})
     ref, ref_s = compile_lowered(lowered, config, _sub(dumps, "baseline"))
-    ref_fp = program_fingerprint(_sub(dumps, "baseline"))
+    ref_fp = program_fingerprint(_sub(dumps, "baseline"), job.program_flags)
     backend = jax.default_backend()
     here = _Here(jaxlib.__version__, backend, ref_fp, config, job.pgle_model)
     fields: dict[str, Any] = {"baseline_compile_time_s": ref_s, "baseline_fingerprint": ref_fp}
@@ -71,7 +71,7 @@ def pgle_candidate(lowered: Any, step: Any, args: tuple[Any, ...], job: Job,
         options = pgle.performance_options(config, job.pgle_profile)
         cand, seconds = compile_lowered(lowered, options, _sub(dumps, "candidate"))
         fields.update(compile_time_s=seconds, fingerprint=program_fingerprint(
-            _sub(dumps, "candidate")))
+            _sub(dumps, "candidate"), job.program_flags))
         facts["names_in_program"] = len(names & pgle.hlo_instruction_names(cand.as_text()))
     if backend == "cpu":
         facts["note"] = "; ".join(filter(None, (facts.get("note"), CPU_NOTE)))

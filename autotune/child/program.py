@@ -32,8 +32,10 @@ def collectives(compiled: Any) -> dict[str, dict[str, int]]:
     return profile_json(collective_profile(compiled.as_text() or ""))
 
 
-def program_fingerprint(dump_dir: str | None) -> str | None:
-    """Hash the optimised HLO (with schedule) and the generated code of a dump folder.
+def program_fingerprint(dump_dir: str | None, after_hlo: str = "") -> str | None:
+    """Hash the optimised HLO (with schedule) and the generated code of a dump folder,
+    and `after_hlo`: the flags that act after that HLO (`Job.program_flags`; CUDA graphs
+    are built from the thunks, and the dump does not show them). None without a dump.
 
     Module numbers in file names differ between compilations of one program, so
     files are keyed by name with the `module_NNNN.` prefix removed. The HLO's
@@ -55,6 +57,8 @@ def program_fingerprint(dump_dir: str | None) -> str | None:
         digest.update(re.sub(r"^module_\d+\.", "", path.name).encode())
         data = path.read_bytes()
         digest.update(without_source(data) if path.name.endswith(".txt") else data)
+    if after_hlo:
+        digest.update(b"\0after_hlo\0" + after_hlo.encode())
     return digest.hexdigest()[:16] if files else None
 
 

@@ -75,7 +75,7 @@ def measure(work: Workload, job: Job, rank: int = 0) -> dict[str, Any]:
     result: dict[str, Any] = {"mode": "paired" if job.paired else "direct"}
     cand, result["compile_time_s"] = compile_lowered(
         lowered, job.compiler_options or {}, _subdir(dumps, "candidate"))
-    result["fingerprint"] = program_fingerprint(_subdir(dumps, "candidate"))
+    result["fingerprint"] = program_fingerprint(_subdir(dumps, "candidate"), job.program_flags)
     known = job.known_programs.get(result["fingerprint"] or "")
     footprint = program_bytes(cand)
     over = over_budget(footprint, job.memory_budget_bytes)
@@ -124,7 +124,8 @@ def _timed(lowered: Any, cand: Any, args: tuple[Any, ...], job: Job, dumps: str 
                                          _subdir(dumps, "baseline"))
     return {
         "baseline_compile_time_s": base_seconds,
-        "baseline_fingerprint": program_fingerprint(_subdir(dumps, "baseline")),
+        "baseline_fingerprint": program_fingerprint(_subdir(dumps, "baseline"),
+                                                    job.reference_program_flags),
         **time_paired(base, cand, args, job, agree),
         **numerics_facts(cand, base, args),
     }

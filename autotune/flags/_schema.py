@@ -137,6 +137,9 @@ class FlagSpec(_Frozen):
             more), saying why; a flag is never both obsolete and no_effect.
         cataloged: false only for the stand-in of a flag outside the catalog
             (`autotune.flags.open_flags.open_spec`); catalog.yaml never sets it.
+        after_hlo: the flag acts after the optimised HLO, on what XLA emits from it
+            (CUDA graphs over the thunks): the compiler's dump does not show it, so its
+            value is part of a program's fingerprint (`compose.after_hlo_text`).
     """
 
     name: str
@@ -159,6 +162,7 @@ class FlagSpec(_Frozen):
     deprecated: Deprecated | None = None
     no_effect: str | None = None
     cataloged: StrictBool = True
+    after_hlo: StrictBool = False
 
     @model_validator(mode="after")
     def _check_consistent(self) -> FlagSpec:

@@ -210,6 +210,15 @@ def effective_config(flags: Mapping[str, FlagValue], catalog: Catalog) -> dict[s
     return out
 
 
+def after_hlo_text(config: Mapping[str, FlagValue], catalog: Catalog) -> str:
+    """The part of `config` a program's fingerprint must add to the compiler's dump: its
+    effective flags that act after the optimised HLO (catalog `after_hlo`, e.g. CUDA
+    graphs), as `config_key` text; "" where it has none. Two configurations that compile
+    to one HLO but differ here run different executables."""
+    return config_key({name: value for name, value in effective_config(config, catalog).items()
+                       if name in catalog and catalog.get(name).after_hlo})
+
+
 def config_key(flags: Mapping[str, FlagValue]) -> str:
     """A canonical text of a configuration (sorted `--name=value` tokens), for lookups."""
     return " ".join(f"--{name}={render_value(value)}" for name, value in sorted(flags.items()))

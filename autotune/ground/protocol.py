@@ -106,6 +106,10 @@ class Job:
         pgle_percentile: of each instruction's profiled durations.
         pgle_model: the workload's identity, recorded with a profile and
             compared with it.
+        program_flags: the candidate's flags that act after the optimised HLO
+            (`autotune.flags.compose.after_hlo_text`), hashed into its program
+            fingerprint with the dump, which does not show them.
+        reference_program_flags: the same for the in-process reference.
     """
 
     steps: int = 20
@@ -127,6 +131,8 @@ class Job:
     pgle_runs: int = 3
     pgle_percentile: float = 50.0
     pgle_model: str | None = None
+    program_flags: str = ""
+    reference_program_flags: str = ""
 
     def __post_init__(self) -> None:
         if isinstance(self.prune_curve, list):  # JSON's lists, kept as a tuple like phases
@@ -243,6 +249,10 @@ def _check_job(job: Job) -> None:
                             f"null, got {budget!r}")
     if job.artifact_dir is not None and not isinstance(job.artifact_dir, str):
         raise ProtocolError(f"job field 'artifact_dir': expected a path, got {job.artifact_dir!r}")
+    for name in ("program_flags", "reference_program_flags"):
+        if not isinstance(getattr(job, name), str):
+            raise ProtocolError(f"job field '{name}': expected a text of flags, "
+                                f"got {getattr(job, name)!r}")
     _check_pgle(job)
 
 

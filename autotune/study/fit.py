@@ -19,7 +19,7 @@ from dataclasses import replace
 import optuna
 
 from autotune.flags.catalog import Catalog
-from autotune.flags.compose import compiler_options, config_key, effective_config
+from autotune.flags.compose import after_hlo_text, compiler_options, config_key, effective_config
 from autotune.ground.proc import raise_if_interrupted
 from autotune.ground.records import (
     ClaimRecord,
@@ -106,7 +106,8 @@ def _compile_only(ctx: StudyContext, config: Mapping[str, FlagValue],
     (no trial) and return its program's fingerprint (None: it did not compile)."""
     judge = ctx.judge
     request = replace(judge.request({}), flags=dict(config)).compile_only().with_job(
-        compiler_options=compiler_options(config, judge.catalog))
+        compiler_options=compiler_options(config, judge.catalog),
+        program_flags=after_hlo_text(config, judge.catalog))
     outcome = ctx.measure(None, Role.FINGERPRINT, config, request, claim)
     m = outcome.measurement
     return m.fingerprint if outcome.ok and m is not None else None

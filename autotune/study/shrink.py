@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from autotune.flags.compose import compiler_options
+from autotune.flags.compose import after_hlo_text, compiler_options
 from autotune.ground.proc import raise_if_interrupted
 from autotune.ground.records import ClaimRecord, ClaimVerdict, Role, RunRecord, TrialOutcome
 from autotune.results.ranking import recommend
@@ -66,7 +66,8 @@ def _measure(ctx: StudyContext, number: int, step: Step, claim: ClaimRecord) -> 
     reference = step.reference
     request = replace(ctx.judge.request(step.flags), reference=reference).with_job(
         reference_options=compiler_options(reference, ctx.judge.catalog)
-        if reference is not None else None)
+        if reference is not None else None,
+        reference_program_flags=after_hlo_text(reference or {}, ctx.judge.catalog))
     if not step.timed:
         request = request.compile_only()
     return ctx.measure(number, step.role, step.flags, request, claim)

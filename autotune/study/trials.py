@@ -14,7 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune.flags.compose import compiler_options, compose_env, parse_flag_string
+from autotune.flags.compose import (
+    after_hlo_text,
+    compiler_options,
+    compose_env,
+    parse_flag_string,
+)
 from autotune.ground.protocol import Job
 from autotune.ground.records import (
     Environment,
@@ -117,7 +122,8 @@ class TrialJudge:
         env = compose_env(config if options is None else {}, s.base_env, self.catalog)
         return TrialRequest(
             workload=s.workload, preset=s.preset, env={**s.base_env, **env},
-            job=replace(s.job, compiler_options=options),
+            job=replace(s.job, compiler_options=options,
+                        program_flags=after_hlo_text(config, self.catalog)),
             timeout_s=s.timeout_s, memory_limit_bytes=s.memory_limit_bytes,
             command=s.command, flags=dict(config),
             workdir=Path.cwd() if s.command is not None else None, launcher=s.launcher,
