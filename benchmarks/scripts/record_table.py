@@ -40,6 +40,13 @@ A table recorded before fingerprints were kept gets them without measuring
 again (one process compiles every configuration):
 
     python benchmarks/scripts/record_table.py --add-programs benchmarks/tables/mlp-dp-small.json
+
+The GPU tables (`*-gpu.json.gz`, over `gpu-table.yaml`) were recorded on a lent H200 by
+`benchmarks/scripts/gpu_check.sh` and its pin step, before fingerprints hashed the flags
+that act after the optimised HLO (CUDA graphs); `--amend-after-hlo TABLE` added them:
+
+    python benchmarks/scripts/record_table.py --amend-after-hlo \
+        benchmarks/tables/gated-mlp-small-gpu.json.gz
 """
 
 from __future__ import annotations
@@ -79,7 +86,8 @@ def distinct_configs(space_path: str) -> tuple[list[dict[str, Any]], int]:
 
 def run_child(args: argparse.Namespace, configs_file: Path, out: Path, seed: int) -> None:
     """One repeat in a fresh process (resumes from the lines already in `out`)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                   [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
     cmd = [sys.executable, __file__, "--child", str(configs_file), "--out", str(out),
            "--seed", str(seed), "--benchmark", args.benchmark, "--preset", args.preset,
@@ -101,23 +109,34 @@ def _lowered(benchmark: str, preset: str, script: str | None = None) -> tuple[An
     return work, step.lower(*work.args)
 
 
-def _compile_fingerprinted(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, str | None]:
-    """Compile with a throw-away dump folder: (executable, seconds, program fingerprint)."""
+def _compile_fingerprinted(lowered: Any, options: dict[str, Any],
+                           after_hlo: str) -> tuple[Any, float, str | None]:
+    """Compile with a throw-away dump folder: (executable, seconds, program fingerprint,
+    `after_hlo` the flags hashed with the dump, `compose.after_hlo_text`)."""
     from autotune.child.program import program_fingerprint
     from autotune.child.timing import compile_lowered
 
     with tempfile.TemporaryDirectory(prefix="autotune-table-") as dump:
         compiled, seconds = compile_lowered(lowered, options, dump)
-        return compiled, seconds, program_fingerprint(dump)
+        return compiled, seconds, program_fingerprint(dump, after_hlo)
+
+
+def _catalog_for(configs: list[dict[str, Any]]) -> Any:
+    """The catalog, with the flags of `configs` outside it given per compilation (a table's
+    space names only flags that one compilation takes: `gpu-table.yaml`)."""
+    from autotune.flags.catalog import load_catalog
+
+    return load_catalog().per_compiling({name for config in configs for name in config})
 
 
 def child(args: argparse.Namespace) -> None:
     """Measure every configuration of the file against one baseline executable."""
+    import jax
+
     from autotune.child.failure import Failure
     from autotune.child.program import memory_figures
     from autotune.child.timing import compile_lowered, numerics_facts, time_paired
-    from autotune.flags.catalog import load_catalog
-    from autotune.flags.compose import compiler_options, config_key
+    from autotune.flags.compose import after_hlo_text, compiler_options, config_key
     from autotune.ground.protocol import Job
 
     configs = json.loads(Path(args.child).read_text())
@@ -128,15 +147,16 @@ def child(args: argparse.Namespace) -> None:
     work, lowered = _lowered(args.benchmark, args.preset, args.script)
     base, _ = compile_lowered(lowered, {}, None)
     job = Job(steps=args.steps, warmup=2, max_warmup=10, compiler_options={})
-    catalog = load_catalog()
+    catalog = _catalog_for(configs)
     for i, config in enumerate(configs):
         key = config_key(config)
         if key in done:
             continue
-        row: dict[str, Any] = {"key": key, "status": "ok", "message": ""}
+        row: dict[str, Any] = {"key": key, "status": "ok", "message": "",
+                               "device": jax.devices()[0].device_kind}
         try:
             cand, row["compile_time_s"], row["program"] = _compile_fingerprinted(
-                lowered, compiler_options(config, catalog))
+                lowered, compiler_options(config, catalog), after_hlo_text(config, catalog))
             timed = time_paired(base, cand, work.args, job)
             row["step_times_s"] = [round(t, 7) for t in timed["step_times_s"]]
             row["baseline_step_times_s"] = [round(t, 7) for t in timed["baseline_step_times_s"]]
@@ -162,10 +182,12 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
 
     runs: dict[str, list[dict[str, Any]]] = {config_key(c): [] for c in configs}
     programs: dict[str, set[str | None]] = {config_key(c): set() for c in configs}
+    devices: set[str] = set()
     for part in parts:
         for line in part.read_text().splitlines():
             row = json.loads(line)
             key = row.pop("key")
+            devices.add(row.pop("device", "unknown"))
             programs[key].add(row.pop("program", None))
             runs[key].append(row)
     return {
@@ -179,6 +201,7 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
         "made_by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
         "made_on": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                     "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "device": ", ".join(sorted(devices)),
                     "date": dt.date.today().isoformat()},
         "entries": [_entry(c, runs[config_key(c)], programs[config_key(c)]) for c in configs],
     }
@@ -195,15 +218,15 @@ def _entry(flags: dict[str, Any], runs: list[dict[str, Any]],
 
 def programs_child(table: Path) -> None:
     """Print {key: program fingerprint} of every entry of `table` (compiles, never times)."""
-    from autotune.flags.catalog import load_catalog
-    from autotune.flags.compose import compiler_options, config_key
+    from autotune.flags.compose import after_hlo_text, compiler_options, config_key
 
     doc = _read(table)
     _, lowered = _lowered(doc["benchmark"], doc["preset"], doc.get("script"))
-    catalog = load_catalog()
+    catalog = _catalog_for([entry["flags"] for entry in doc["entries"]])
     found = {}
     for i, entry in enumerate(doc["entries"]):
-        _, _, program = _compile_fingerprinted(lowered, compiler_options(entry["flags"], catalog))
+        _, _, program = _compile_fingerprinted(lowered, compiler_options(entry["flags"], catalog),
+                                               after_hlo_text(entry["flags"], catalog))
         found[config_key(entry["flags"])] = program
         print(f"{i + 1}/{len(doc['entries'])}", file=sys.stderr, flush=True)
     print(json.dumps(found))
@@ -214,7 +237,8 @@ def add_programs(table: Path) -> None:
     from autotune.flags.compose import config_key
 
     doc = _read(table)
-    env = dict(os.environ, PYTHONPATH=str(ROOT),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                   [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={doc['devices']}")
     done = subprocess.run([sys.executable, __file__, "--programs-child", str(table)], env=env,
                           check=True, stdout=subprocess.PIPE, text=True)
@@ -226,6 +250,30 @@ def add_programs(table: Path) -> None:
     _write(table, json.dumps(doc) + "\n")
     print(f"{table}: {len(doc['entries'])} configurations, "
           f"{len(set(found.values()))} distinct programs")
+
+
+def amend_after_hlo(table: Path) -> None:
+    """Give the program of every entry its after-HLO flags (`compose.after_hlo_text`), for a
+    table recorded before fingerprints hashed them: such an entry's program becomes
+    `PROGRAM|FLAGS`, so entries that compiled to one HLO but run other executables (CUDA
+    graphs on or off) are no longer pooled as one program. Measures nothing."""
+    from autotune.flags.compose import after_hlo_text
+
+    doc = _read(table)
+    catalog = _catalog_for([entry["flags"] for entry in doc["entries"]])
+    amended = 0
+    for entry in doc["entries"]:
+        extra = after_hlo_text(entry["flags"], catalog)
+        if not extra:
+            continue
+        for holder in [entry, *entry["runs"]]:
+            if holder.get("program"):
+                holder["program"] = f"{holder['program']}|{extra}"
+        amended += 1
+    doc["programs_amended_by"] = " ".join(
+        ["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]])
+    _write(table, json.dumps(doc) + "\n")
+    print(f"{table}: {amended} entries' programs carry their after-HLO flags")
 
 
 def pinned_configs(table: Path, top: int) -> list[dict[str, Any]]:
@@ -273,6 +321,7 @@ def pin(args: argparse.Namespace) -> None:
         for line in part.read_text().splitlines():
             row = json.loads(line)
             key = row.pop("key")
+            row.pop("device", None)
             program = row.pop("program", None)
             entry = entries[key]
             if entry.get("program") not in (None, program):
@@ -319,6 +368,9 @@ def main() -> None:
     parser.add_argument("--add-programs", type=Path, metavar="TABLE",
                         help="fingerprint the programs of a table recorded without them")
     parser.add_argument("--programs-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--amend-after-hlo", type=Path, metavar="TABLE",
+                        help="add the after-HLO flags to the programs of a table recorded "
+                             "before fingerprints hashed them (measures nothing)")
     parser.add_argument("--pin", type=Path, metavar="TABLE",
                         help="measure the defaults' and the --top best programs of TABLE in "
                              "--repeats more processes")
@@ -332,6 +384,9 @@ def main() -> None:
         return
     if args.add_programs:
         add_programs(args.add_programs)
+        return
+    if args.amend_after_hlo:
+        amend_after_hlo(args.amend_after_hlo)
         return
     if args.pin:
         pin(args)
