@@ -167,6 +167,8 @@ def test_comparisons_show_the_diff_and_the_program(client: TestClient):
     assert f"<td><code>{FAST}</code></td><td><code>true</code></td>" in html
     # trial 2 leaves fast math at XLA's default: the value is named
     assert "<td><code>false (XLA&#39;s default)</code></td>" in html
+    # trial 1 leaves the passes at XLA's default, the empty list: said so, not left blank
+    assert "<td><code>empty (XLA&#39;s default)</code></td>" in html
     assert '<td class="claimed">×1.250 [' in html and "] faster</td>" in html
     assert '<td class="claimed">not confirmed</td>' in html
     studies = client.get("/compare?a=s&b=t").text

@@ -38,6 +38,7 @@ STUDY = ["study", "--space", "cpu", "--benchmark", "matmul", "--preset", "tiny",
          "--name", "real"]
 NAME = "real"
 WON = "won"  # a study of recorded runs whose recommendation is a flag (test_dashboard.fill)
+MANY = "many"  # WON's runs and 150 more search runs: two pages of runs
 CLI = [sys.executable, "-c", "from autotune.cli import main; main()"]
 
 if CHROMIUM is None:
@@ -81,7 +82,22 @@ def db(folder: Path) -> str:
 
     with Store.open(url) as store:
         fill(store, WON)
+        fill_many(store)
     return url
+
+
+def fill_many(store: Store) -> None:
+    """`test_dashboard.fill`'s study and 150 more search runs, every fifth pruned."""
+    from test_dashboard import HOST, fill, paired
+
+    from autotune.ground.records import OutcomeKind, Role, TrialOutcome
+
+    fill(store, MANY)
+    for n in range(4, 154):
+        kind = OutcomeKind.PRUNED if n % 5 == 0 else OutcomeKind.OK
+        store.record_run(MANY, n, Role.SEARCH, {"xla_cpu_prefer_vector_width": n}, {},
+                         TrialOutcome(kind, "", paired(0.99, f"p{n}")), HOST,
+                         ratio=0.99, env_key="host-a")
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +242,68 @@ def test_a_chart_point_names_its_trial_and_opens_its_page(browser: Any, server: 
         p.page.wait_for_url(re.compile(r"/trial/\d+$"))
         number = int(p.page.url.rsplit("/", 1)[1])
         assert p.page.locator("h1").inner_text().startswith(f"Trial {number}")
+        assert p.errors == []
+
+
+def test_every_run_is_reached_by_its_pages_a_filter_and_a_link(browser: Any, server: str):
+    """From the study page to all its runs: the second page, the pruned runs alone (the
+    filter keeps to the pages), and a run's trial opened from its row."""
+    with Page(browser) as p:
+        p.page.goto(server + f"/study/{MANY}", wait_until="networkidle")
+        p.page.click("#all-runs")
+        p.page.wait_for_url(server + f"/runs/{MANY}")
+        assert p.page.locator("#runs-count").inner_text().startswith(
+            "157 of 157 runs, page 1 of 2.")
+        assert p.page.locator("#runs tbody tr").count() == 100
+        p.page.click("#pages a:text-is('2')")
+        p.page.wait_for_url(re.compile(r"page=2$"))
+        rows = p.page.locator("#runs tbody tr")
+        assert rows.count() == 57 and rows.last.get_attribute("data-trial") == "153"
+        p.page.select_option("#runs-filter select[name=outcome]", "pruned")
+        p.page.click("#runs-filter button[type=submit]")
+        p.page.wait_for_url(re.compile(r"outcome=pruned"))
+        assert p.page.locator("#runs-count").inner_text().startswith("30 of 157 runs.")
+        outcomes = p.page.locator("#runs tbody tr td:nth-child(4)").all_inner_texts()
+        assert len(outcomes) == 30 and {o.split()[0] for o in outcomes} == {"pruned"}
+        p.page.locator("#runs tbody tr").first.locator("a").click()
+        p.page.wait_for_url(re.compile(rf"/study/{MANY}/trial/5$"))
+        assert p.page.locator("h1").inner_text().startswith("Trial 5")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        p.page.screenshot(path=str(ARTIFACTS / "dashboard-runs.png"), full_page=True)
+        assert p.errors == []
+
+
+def test_two_trials_and_two_studies_compare_side_by_side(browser: Any, server: str):
+    """The study page's compare form opens two trials with their confirmed figures and
+    flags; the studies page's form opens two studies with the winner's flags."""
+    with Page(browser) as p:
+        p.page.goto(server + f"/study/{WON}", wait_until="networkidle")
+        p.page.select_option("#trial-a", "1")
+        p.page.select_option("#trial-b", "2")
+        p.page.click("#trial-compare")
+        p.page.wait_for_url(server + f"/study/{WON}/compare/1/2")
+        assert p.page.locator("#same-program").inner_text() == (
+            "They compiled to different programs.")
+        claimed = p.page.locator("#figures td.claimed").all_inner_texts()
+        assert claimed[0].startswith("×1.250 [") and claimed[0].endswith("] faster")
+        assert claimed[1] == "not confirmed"
+        diff = p.page.locator("#diff tbody tr").all_inner_texts()
+        assert any(row.startswith("xla_cpu_enable_fast_math") and "true" in row
+                   for row in diff), diff
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        p.page.screenshot(path=str(ARTIFACTS / "dashboard-compare-trials.png"),
+                          full_page=True)
+        p.page.goto(server + "/", wait_until="networkidle")
+        p.page.select_option("#compare-a", WON)
+        p.page.select_option("#compare-b", MANY)
+        p.page.click("#compare-go")
+        p.page.wait_for_url(re.compile(r"/compare\?a=won&b=many$"))
+        assert "holds" in p.page.locator("#winner_a_on_b").inner_text()
+        assert p.page.locator("#winner_a_on_b-flags").inner_text() == (
+            "--xla_cpu_enable_fast_math=true")
+        assert p.page.locator("#common tbody tr").count() >= 1
+        p.page.screenshot(path=str(ARTIFACTS / "dashboard-compare-studies.png"),
+                          full_page=True)
         assert p.errors == []
 
 
