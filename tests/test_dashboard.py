@@ -322,6 +322,24 @@ def test_a_port_in_use_is_one_clear_error(db: str, tmp_path: Path):
     assert "--port" in result.output
 
 
+def test_a_programs_other_trials_are_links_and_plain_in_the_report(tmp_path: Path):
+    """Trials 4 and 5 compiled to trial 1's program: its row names them as links to their
+    pages; the report, which holds no other page, names them as text."""
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    with Store.open(url) as store:
+        fill(store, "g")
+        for n in (4, 5):
+            store.record_run("g", n, Role.SEARCH, {FAST: True, "xla_cpu_use_xnnpack": n == 4},
+                             {}, TrialOutcome(OutcomeKind.OK, "", paired(0.8, "fast")), HOST,
+                             ratio=0.8, env_key="host-a")
+    with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
+        html = c.get("/study/g").text
+    assert ('<td class="group">trials <a href="/study/g/trial/4">4</a>, '
+            '<a href="/study/g/trial/5">5</a></td>') in html
+    assert invoke("report", "g", "--storage", url, "-o", "g.html", cwd=tmp_path).exit_code == 0
+    assert '<td class="group">trials 4, 5</td>' in (tmp_path / "g.html").read_text()
+
+
 def test_the_html_report_is_one_file_with_everything_inlined(db: str, tmp_path: Path):
     result = invoke("report", "s", "--storage", db, "-o", "r.html", cwd=tmp_path)
     assert result.exit_code == 0, result.output
