@@ -224,8 +224,10 @@ def test_flags_show_writes_values_as_flags_do_with_sizes_and_no_python_reprs(tmp
     assert "recommended: 8589934592 (8.0 GiB)" in lines
     assert "per_compile: true" in lines
     assert not any(line.endswith(("()", "True", "False")) for line in lines)
-    assert not any(line.startswith(("overrides:", "allow_empty:", "cataloged:"))
+    assert not any(line.startswith(("overrides:", "allow_empty:", "cataloged:", "after_hlo:"))
                    for line in lines)  # nothing to say: left out
+    graphs = invoke("flags", "show", "xla_gpu_enable_command_buffer", cwd=tmp_path).stdout
+    assert "after_hlo: true" in [line.strip() for line in graphs.splitlines()]
     # the document by its title, not the reference file's internal name
     assert any(line.startswith("source: GPU performance tips for LLMs with JAX/XLA (001): ")
                for line in lines)

@@ -402,10 +402,11 @@ def _field_text(spec: Any, key: str, value: Any) -> str | None:
     """A catalog field as `flags show` prints it: values as a flag string writes them, a
     byte count of a `_bytes` flag with its size (8589934592 (8 GiB)), lists joined, and
     None for what says nothing (an empty list, `allow_empty` of a flag that is no list,
-    `cataloged` of a catalog entry)."""
+    `cataloged` of a catalog entry, `after_hlo` of a flag the compiler's dump shows)."""
     from autotune.flags.compose import render_value
 
-    if key == "allow_empty" and spec.type.value != "list" or key == "cataloged" and value:
+    if key == "allow_empty" and spec.type.value != "list" or key == "cataloged" and value \
+            or key == "after_hlo" and not value:
         return None
     if isinstance(value, list | tuple):
         return ", ".join(_value_text(spec, v) for v in value) or None
