@@ -7,6 +7,9 @@ attention step about 1.3x slower (`benchmarks/tables/attention-small-gpu.json.gz
 The study's fit then dropped the flag as having "no effect on the compiled
 program". The CPU compiler ignores GPU flags, so on this machine a command-buffer
 value changes nothing either: exactly the case of a flag the dump does not show.
+
+The text itself is tested in test_flags.py, the job's fields in test_protocol.py (the
+files mutation testing runs).
 """
 
 from __future__ import annotations
@@ -17,25 +20,10 @@ import pytest
 from cli_runner import invoke
 
 from autotune.child.program import program_fingerprint
-from autotune.flags.catalog import load_catalog
-from autotune.flags.compose import after_hlo_text
-from autotune.ground.protocol import Job, ProtocolError
 from autotune.ground.records import Role
 from autotune.storage import Store
 
 CMD = "xla_gpu_enable_command_buffer"
-
-
-def test_only_effective_after_hlo_flags_enter_the_text():
-    catalog = load_catalog()
-    assert after_hlo_text({CMD: "", "xla_gpu_enable_triton_gemm": False}, catalog) == (
-        f"--{CMD}=")
-    assert after_hlo_text({CMD: "FUSION"}, catalog) == f"--{CMD}=FUSION"
-    # XLA's own default asks for the same executable as leaving the flag out
-    assert after_hlo_text({CMD: catalog.get(CMD).default}, catalog) == ""
-    assert after_hlo_text({"xla_gpu_enable_triton_gemm": False}, catalog) == ""
-    # a flag outside the catalog is not known to act after the HLO
-    assert after_hlo_text({"xla_gpu_enable_cublaslt": True}, catalog) == ""
 
 
 def test_the_after_hlo_text_separates_programs_of_one_dump(tmp_path: Path):
@@ -48,14 +36,6 @@ def test_the_after_hlo_text_separates_programs_of_one_dump(tmp_path: Path):
     assert off != program_fingerprint(str(tmp_path), f"--{CMD}=FUSION")
     # no dump, no fingerprint, whatever the flags
     assert program_fingerprint(str(tmp_path / "absent"), f"--{CMD}=") is None
-
-
-def test_the_job_carries_the_texts_and_refuses_anything_else():
-    assert Job(program_flags=f"--{CMD}=").program_flags == f"--{CMD}="
-    with pytest.raises(ProtocolError, match="program_flags"):
-        Job(program_flags=None)  # type: ignore[arg-type]
-    with pytest.raises(ProtocolError, match="reference_program_flags"):
-        Job(reference_program_flags=["--x=1"])  # type: ignore[arg-type]
 
 
 SPACE = f"""\

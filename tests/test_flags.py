@@ -27,7 +27,7 @@ from autotune.flags import (
     render_value,
     xla_flags_string,
 )
-from autotune.flags.compose import config_key, effective_config
+from autotune.flags.compose import after_hlo_text, config_key, effective_config
 from autotune.ground.errors import AutotuneError, UsageError
 from autotune.spaces import load_space
 
@@ -461,3 +461,23 @@ def test_shell_exports_quote_every_value_and_refuse_a_name_no_shell_can_set():
             shell_exports({bad: "v"})
         assert caught.value.message == (f"variable name {bad!r} cannot be set by a shell; "
                                         "use the YAML or JSON form instead")
+
+
+CMD = "xla_gpu_enable_command_buffer"
+
+
+def test_only_effective_after_hlo_flags_enter_the_text():
+    """The flags a program's fingerprint adds to the dump (`tests/test_after_hlo.py`)."""
+    catalog = load_catalog()
+    assert after_hlo_text({CMD: "", "xla_gpu_enable_triton_gemm": False}, catalog) == (
+        f"--{CMD}=")
+    assert after_hlo_text({CMD: "FUSION"}, catalog) == f"--{CMD}=FUSION"
+    # XLA's own default asks for the same executable as leaving the flag out
+    assert after_hlo_text({CMD: catalog.get(CMD).default}, catalog) == ""
+    assert after_hlo_text({"xla_gpu_enable_triton_gemm": False}, catalog) == ""
+    # every such flag, in config_key's order, whatever the configuration's order
+    assert after_hlo_text({"xla_gpu_graph_level": 0, CMD: "", "xla_cpu_use_xnnpack": False},
+                          catalog) == f"--{CMD}= --xla_gpu_graph_level=0"
+    assert after_hlo_text({}, catalog) == ""
+    # a flag outside the catalog is not known to act after the HLO
+    assert after_hlo_text({"xla_gpu_enable_cublaslt": True}, catalog) == ""

@@ -27,6 +27,17 @@ TOY = ROOT / "tests" / "workloads" / "toy.py"
 # --- the job ---------------------------------------------------------------------------------
 
 
+def test_the_job_carries_the_texts_and_refuses_anything_else():
+    cmd = "--xla_gpu_enable_command_buffer="
+    assert Job(program_flags=cmd).program_flags == cmd
+    assert Job.from_json(Job(program_flags=cmd).to_json()).program_flags == cmd
+    with pytest.raises(ProtocolError, match="^job field 'program_flags': expected a text "
+                       "of flags, got None$"):
+        Job(program_flags=None)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="reference_program_flags"):
+        Job(reference_program_flags=["--x=1"])  # type: ignore[arg-type]
+
+
 def test_a_job_survives_its_json_round_trip():
     job = Job(steps=7, warmup=1, max_warmup=4, settle_window=3, settle_tolerance=0.1,
               prune_ratio=1.3, prune_after=5, compiler_options={"xla_cpu_enable_fast_math": True},
