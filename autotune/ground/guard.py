@@ -61,6 +61,13 @@ MEMORY_EXIT = 125
 #: Seconds between two looks at the child's resident memory (with a limit).
 MEMORY_POLL_S = 0.1
 
+#: Where a cgroup holds the limit, the resident watch is a backstop above it: it trips at
+#: the limit plus this share of it. The kernel charges a page shared by two processes
+#: once and the resident sum counts it in each, so at the limit itself the watch could
+#: fire first (seen: 210,894,848 resident bytes against a 200 MiB cgroup that had not
+#: killed yet: two Pythons' shared libraries counted twice).
+CGROUP_BACKSTOP = 0.25
+
 #: Exit code when ARGV cannot be executed at all (as a shell says it).
 EXEC_FAILED = 127
 
@@ -272,10 +279,12 @@ def wait_within(child: int, limit: int | None, cgroup: MemoryCgroup | None = Non
     """Wait for `child` and return its wait status; with a `limit`, watch the resident
     memory of the child and every descendant meanwhile, and the OOM kills of its `cgroup`
     (where it has one): past either, kill them all and exit `MEMORY_EXIT`, saying so on
-    stderr."""
+    stderr. With a cgroup the kernel holds the limit and the resident watch trips only
+    `CGROUP_BACKSTOP` above it."""
     if limit is None:
         return os.waitpid(child, 0)[1]  # retried on EINTR (PEP 475)
     me = os.getpid()
+    watched = limit if cgroup is None else int(limit * (1 + CGROUP_BACKSTOP))
     while True:
         pid, status = os.waitpid(child, os.WNOHANG)
         if cgroup is not None and cgroup.oom_kills():
@@ -285,7 +294,7 @@ def wait_within(child: int, limit: int | None, cgroup: MemoryCgroup | None = Non
         if pid:
             return status
         used = resident_bytes(descendants(me))
-        if used > limit:
+        if used > watched:
             _out_of_memory(child, cgroup, f"the trial's resident memory reached {used} bytes, "
                            f"above its limit of {limit} bytes (--trial-memory-limit); it was "
                            "killed")
