@@ -84,11 +84,17 @@ def distinct_configs(space_path: str) -> tuple[list[dict[str, Any]], int]:
     return [configs[k] for k in sorted(configs)], len(grid)
 
 
+def _child_env(devices: int) -> dict[str, str]:
+    """A child's environment: this checkout first on the caller's `PYTHONPATH` (which may
+    hold packages carried to a device machine), `devices` host devices."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+                    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+                XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+
+
 def run_child(args: argparse.Namespace, configs_file: Path, out: Path, seed: int) -> None:
     """One repeat in a fresh process (resumes from the lines already in `out`)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                   [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
+    env = _child_env(args.devices)
     cmd = [sys.executable, __file__, "--child", str(configs_file), "--out", str(out),
            "--seed", str(seed), "--benchmark", args.benchmark, "--preset", args.preset,
            "--steps", str(args.steps)] + (["--script", args.script] if args.script else [])
@@ -148,12 +154,13 @@ def child(args: argparse.Namespace) -> None:
     base, _ = compile_lowered(lowered, {}, None)
     job = Job(steps=args.steps, warmup=2, max_warmup=10, compiler_options={})
     catalog = _catalog_for(configs)
+    device = jax.devices()[0].device_kind
     for i, config in enumerate(configs):
         key = config_key(config)
         if key in done:
             continue
         row: dict[str, Any] = {"key": key, "status": "ok", "message": "",
-                               "device": jax.devices()[0].device_kind}
+                               "device": device}
         try:
             cand, row["compile_time_s"], row["program"] = _compile_fingerprinted(
                 lowered, compiler_options(config, catalog), after_hlo_text(config, catalog))
@@ -237,9 +244,7 @@ def add_programs(table: Path) -> None:
     from autotune.flags.compose import config_key
 
     doc = _read(table)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                   [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={doc['devices']}")
+    env = _child_env(doc["devices"])
     done = subprocess.run([sys.executable, __file__, "--programs-child", str(table)], env=env,
                           check=True, stdout=subprocess.PIPE, text=True)
     found = json.loads(done.stdout.splitlines()[-1])
@@ -307,7 +312,7 @@ def pin(args: argparse.Namespace) -> None:
     args.benchmark, args.preset, args.devices = doc["benchmark"], doc["preset"], doc["devices"]
     args.script, args.steps = doc.get("script"), doc["steps"]
     work = table.with_name(table.name.split(".")[0] + ".pin.parts")
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     configs_file = work / "configs.json"
     if not configs_file.exists():
         configs_file.write_text(json.dumps(pinned_configs(table, args.top)))
@@ -398,7 +403,7 @@ def main() -> None:
     configs, raw = distinct_configs(args.space)
     print(f"{raw} configurations, {len(configs)} distinct; {args.repeats} repeats", flush=True)
     work = output.with_suffix(".parts")
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     configs_file = work / "configs.json"
     configs_file.write_text(json.dumps(configs))
     parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
