@@ -102,6 +102,7 @@ def test_record_table_records_a_corpus_workload_compressed(tmp_path):
     table = ReplayTable.load(out)
     assert table.meta["script"] == "benchmarks/corpus/gated-mlp.py"
     assert table.meta["benchmark"] == "gated-mlp" and table.meta["repeats"] == 2
+    assert table.meta["made_on"]["vector_isa"] in {"avx512f", "avx2", "avx", "sse4_2", "unknown"}
     assert "--script benchmarks/corpus/gated-mlp.py" in table.meta["made_by"]
     assert len(table.runs) == 2  # level 0, and level 3 (XLA's default: no flags)
     assert all(len(runs) == 2 and runs[0]["status"] == "ok" for runs in table.runs.values())

@@ -208,10 +208,24 @@ def assemble(args: argparse.Namespace, configs: list[dict[str, Any]], raw: int,
         "made_by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
         "made_on": {"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                     "machine": platform.machine(), "cpus": os.cpu_count(),
+                    "vector_isa": _vector_isa(),
                     "device": ", ".join(sorted(devices)),
                     "date": dt.date.today().isoformat()},
         "entries": [_entry(c, runs[config_key(c)], programs[config_key(c)]) for c in configs],
     }
+
+
+def _vector_isa() -> str:
+    """The widest x86 vector extension of this CPU ("avx512f", "avx2", ...), or "unknown".
+
+    XLA:CPU's `xla_cpu_prefer_vector_width=512` pays only where the CPU has AVX-512, so a
+    table records it beside the machine: two tables of one workload differ on it.
+    """
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    return next((isa for isa in ("avx512f", "avx2", "avx", "sse4_2") if isa in flags), "unknown")
 
 
 def _entry(flags: dict[str, Any], runs: list[dict[str, Any]],

@@ -54,7 +54,8 @@ PAIRS = (("lj-md-small.json.gz", "lj-md-tiny.json.gz"),
          ("norm-act-small.json", "norm-act-tiny.json.gz"),
          ("norm-act-small.json", "norm-residual-small.json.gz"),
          ("attention-small.json.gz", "transformer-small.json"),
-         ("gated-mlp-small.json.gz", "mlp-dp-small.json"))
+         ("gated-mlp-small.json.gz", "mlp-dp-small.json"),
+         ("norm-act-small-avx512.json.gz", "norm-act-batch-small.json.gz"))
 SIBLING_TRIALS = 40
 REPORT_SEEDS = "1000-1019"
 
