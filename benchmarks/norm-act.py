@@ -73,8 +73,14 @@ def workload(preset: str = "small") -> Workload:
     """Return the jitted, row-parallel step and its inputs for ``preset``."""
     if preset not in CONFIGS:  # before jax.devices(): a typo never starts a backend
         raise ValueError(f"unknown preset {preset!r}; known presets: {', '.join(PRESETS)}")
+    cfg = resolve_config(preset, len(jax.devices()))
+    return build(cfg, preset, f"norm-act-{preset}")
+
+
+def build(cfg: dict, preset: str, name: str) -> Workload:
+    """The step over every device of ``jax.devices()`` and its seeded inputs of ``cfg``'s
+    ``rows`` x ``width`` (rows that split evenly over the devices), named ``name``."""
     devices = jax.devices()
-    cfg = resolve_config(preset, len(devices))
     mesh = Mesh(np.array(devices), (AXIS,))
     key_x, key_g = jax.random.split(jax.random.PRNGKey(SEED))
     x = jax.random.normal(key_x, (cfg["rows"], cfg["width"]), jnp.float32)
@@ -82,4 +88,4 @@ def workload(preset: str = "small") -> Workload:
     args = (jax.device_put(x, NamedSharding(mesh, P(AXIS))),
             jax.device_put(gain, NamedSharding(mesh, P())))
     meta = dict(cfg, preset=preset, device_count=len(devices))
-    return Workload(step=make_step(mesh), args=args, name=f"norm-act-{preset}", meta=meta)
+    return Workload(step=make_step(mesh), args=args, name=name, meta=meta)

@@ -27,6 +27,7 @@ from autotune.ground.records import (
     LIVE_WITHIN_S,
     ClaimState,
     ClaimVerdict,
+    Measurement,
     NewRun,
     OutcomeKind,
     Role,
@@ -91,6 +92,26 @@ def test_the_budget_counts_runs_and_running_claims_of_the_measured_roles(store):
     assert claim(store, "--a=3", budget=3) == (ClaimVerdict.FULL, None)
     assert store.held("s", MEASURED) == 3
     assert store.claims("s", [ClaimState.RUNNING], env_key="host-b") == []
+
+
+def test_compile_only_runs_are_free_up_to_their_allowance_and_no_further(store):
+    timed = TrialOutcome(OutcomeKind.OK, "", Measurement((0.1, 0.1), 1.0))
+    compiled = TrialOutcome(OutcomeKind.OK, "the same program as trial 0",
+                            Measurement((), 1.0, same_program_as=0))
+    store.record_run("s", 0, Role.BASELINE, {}, {}, timed)
+    for number in (1, 2, 3):
+        store.record_run("s", number, Role.SEARCH, {"a": number}, {}, compiled)
+    store.record_run("s", 4, Role.SEARCH, {"a": 4}, {}, TrialOutcome(OutcomeKind.CRASHED, "x"))
+    assert store.held("s", MEASURED) == 5  # no allowance: every run counts
+    assert store.held("s", MEASURED, free_compiles=2) == 3  # two of the three are free
+    assert store.held("s", MEASURED, free_compiles=9) == 2  # a crash is never free
+    assert store.count_runs("s", MEASURED, free_compiles=2) == 3
+    budget = (3, MEASURED)
+    assert store.claim("s", "host-a", "--a=5", Role.SEARCH, {}, 5, ME, budget=budget,
+                       free_compiles=2)[0] is ClaimVerdict.FULL
+    assert store.claim("s", "host-a", "--a=5", Role.SEARCH, {}, 5, ME, budget=budget,
+                       free_compiles=3)[0] is ClaimVerdict.CLAIMED
+    assert store.held("s", MEASURED, free_compiles=3) == 3  # the running claim counts
 
 
 def test_runs_can_be_read_for_one_environment(store):

@@ -31,6 +31,7 @@ from autotune.ground.records import (
     PLAN_SUBMITTED,
     ClaimState,
     Environment,
+    Measurement,
     MeasureMode,
     OutcomeKind,
     Role,
@@ -40,7 +41,8 @@ from autotune.ground.records import (
 )
 from autotune.results.confirmation import needs_confirmation
 from autotune.results.ranking import ranked
-from autotune.results.table import study_row, study_state
+from autotune.results.table import counted_trials, study_row, study_state
+from autotune.rules import stopping
 from autotune.storage import Store
 
 TINY = ["--benchmark", "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5",
@@ -103,9 +105,10 @@ def _record(trials: int | None = 3, **plan: object) -> StudyRecord:
                        plan={**recipe, **plan})
 
 
-def _run(number: int, role: Role, ok: bool = True) -> RunRecord:
+def _run(number: int, role: Role, ok: bool = True, timed: bool = True) -> RunRecord:
     kind = OutcomeKind.OK if ok else OutcomeKind.CRASHED
-    return RunRecord(number + 1, "s", number, role, {}, {}, TrialOutcome(kind, ""), WHEN)
+    m = Measurement((0.1,) if timed else (), 1.0) if ok else None
+    return RunRecord(number + 1, "s", number, role, {}, {}, TrialOutcome(kind, "", m), WHEN)
 
 
 def test_a_study_is_queued_searching_confirming_done_or_failed():
@@ -125,6 +128,19 @@ def test_a_study_is_queued_searching_confirming_done_or_failed():
     assert study_state(_record(), [failed], running=True) == "searching"  # a retry runs
     row = study_row(_record(**finished), [base, one, two], running=False)
     assert (row["state"], row["target"], row["priority"]) == ("done", 3, 0)
+
+
+def test_compile_only_trials_leave_a_study_searching_while_the_budget_frees_them(monkeypatch):
+    base, one = _run(0, Role.BASELINE), _run(1, Role.SEARCH)
+    compiled = [_run(n, Role.SEARCH, timed=False) for n in (2, 3, 4)]
+    runs = [base, one, *compiled]
+    assert study_state(_record(), runs, running=False) == "confirming"  # all count
+    monkeypatch.setattr(stopping, "FREE_COMPILES", 1.0)  # 3 free for --trials 3
+    assert counted_trials(runs, 3) == 2
+    assert study_state(_record(), runs, running=True) == "searching"
+    assert study_state(_record(), [*runs, _run(5, Role.SEARCH)], False) == "confirming"
+    monkeypatch.setattr(stopping, "FREE_COMPILES", 0.5)  # 1 free: 4 of 5 count
+    assert counted_trials(runs, 3) == 4
 
 
 def test_the_pool_serves_the_highest_priority_then_the_fewest_trials_in_flight(sqlite_url):

@@ -20,6 +20,7 @@ from autotune.ground.errors import AutotuneError
 from autotune.ground.proc import raise_if_interrupted
 from autotune.results.fitted import summary_text
 from autotune.results.shrink import Shrink
+from autotune.rules.stopping import free_compiles
 from autotune.study import service
 from autotune.study.measured import BUDGET_ROLES
 from autotune.study.options import AfterSearch
@@ -227,7 +228,7 @@ def _watch(store: Any, plan: Any, procs: list[subprocess.Popen[bytes]]) -> None:
     """A progress bar of the study's stored search runs while any worker runs (a line
     per change where the output is no terminal)."""
     def state() -> tuple[int, str]:
-        done = store.count_runs(plan.name, BUDGET_ROLES)
+        done = store.count_runs(plan.name, BUDGET_ROLES, free_compiles(plan.trials))
         alive = sum(p.poll() is None for p in procs)
         phase = "searching" if done < plan.trials else "confirming"
         return done, f"{alive} workers {phase}" if alive else "workers done"

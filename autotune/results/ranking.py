@@ -25,6 +25,7 @@ from autotune.ground.records import (
     RunRecord,
 )
 from autotune.results import confirmation as _confirmation
+from autotune.results import evidence as _evidence
 from autotune.results.confirmation import Confirmation, Confirmations
 from autotune.results.evidence import ProgramEvidence, pooled
 
@@ -126,6 +127,30 @@ def ranked(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunR
     infeasible, never a winner. Only the main environment's runs count (`main_runs`).
     """
     return [p.first for p in programs(runs, memory_budget)]
+
+
+#: Which programs the confirmation phase re-measures, its `--confirm` best first:
+#: "pooled" (`ranked`'s order, the best pooled estimate), "backed" (the programs backed
+#: by `evidence.BACKED_BY` processes first, each part in `ranked`'s order: a single lucky
+#: process does not take a place from the search's incumbent) or "bound" (the best
+#: pessimistic estimate first, the pooled log ratio plus `evidence.RACE_Z` times the
+#: study's process noise over the root of the observations). A rule of `auto`, chosen
+#: leave-one-workload-out (`benchmarks/scripts/leave_one_out.py`; the README's Search
+#: section). Read when used.
+CONFIRM_ORDER = "pooled"
+
+
+def to_confirm(runs: list[RunRecord], memory_budget: int | None = None) -> list[RunRecord]:
+    """`ranked(runs, memory_budget)` in the order the confirmation phase takes them
+    (`CONFIRM_ORDER`), one run per program (the run that first timed it)."""
+    found = programs(runs, memory_budget)
+    if CONFIRM_ORDER == "backed":
+        found = sorted(found, key=lambda p: not p.backed)  # stable: pooled order within
+    elif CONFIRM_ORDER == "bound":
+        noise = _evidence.process_noise(found)
+        found = sorted(found, key=lambda p: math.log(p.ratio)
+                       + _evidence.RACE_Z * noise / math.sqrt(max(p.n, 1)))
+    return [p.first for p in found]
 
 
 def programs(runs: list[RunRecord], memory_budget: int | None = None) -> list[ProgramEvidence]:

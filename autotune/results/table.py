@@ -23,6 +23,7 @@ from autotune.results.ranking import (
     recommend,
     verdict_text,
 )
+from autotune.rules.stopping import free_compiles
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,8 @@ def study_row(record: StudyRecord, runs: list[RunRecord], running: bool = False
         "name": record.name, "space": record.space, "benchmark": record.benchmark,
         "preset": record.preset, "devices": record.devices,
         "trials": len({r.trial_number for r in runs if r.trial_number is not None}),
-        "counted": counted_trials(runs), "target": target_trials(record), "runs": len(runs),
+        "counted": counted_trials(runs, target_trials(record)), "target": target_trials(record),
+        "runs": len(runs),
         "state": study_state(record, runs, running), "priority": priority(record),
         "created": record.created_at.isoformat(),
     }
@@ -251,16 +253,25 @@ def study_state(record: StudyRecord, runs: list[RunRecord], running: bool) -> st
     finished = ((record.plan or {}).get(PLAN_FINISHED) or {}).get("trials")
     if isinstance(finished, int) and (target is None or finished >= target):
         return "done"
-    searched = counted_trials(runs)
+    searched = counted_trials(runs, target)
     return "confirming" if target is not None and searched >= target else "searching"
 
 
-def counted_trials(runs: list[RunRecord]) -> int:
-    """The study's measurements that count toward `--trials`: its baseline, recommended and
-    search trials (one each, however often a failed one was retried) and every racing
-    process."""
-    return len({r.trial_number for r in runs if r.role in _BUDGET_TRIALS}) + sum(
-        r.role is Role.RACE for r in runs)
+def counted_trials(runs: list[RunRecord], target: int | None = None) -> int:
+    """The study's measurements that count toward `--trials` (`target`): its baseline,
+    recommended and search trials (one each, however often a failed one was retried) and
+    every racing process, less the compile-only ones that budget does not count
+    (`rules.stopping.free_compiles`)."""
+    trials = {r.trial_number for r in runs if r.role in _BUDGET_TRIALS}
+    compiled = sum(r.role in _BUDGET_TRIALS and compile_only(r) for r in runs)
+    return len(trials) + sum(r.role is Role.RACE for r in runs) - min(
+        compiled, free_compiles(target or 0))
+
+
+def compile_only(run: RunRecord) -> bool:
+    """An OK run that timed nothing: its program was timed already (`Store._counted`)."""
+    m = run.outcome.measurement
+    return run.outcome.ok and (m is None or not m.step_times_s)
 
 
 def best_row_json(row: BestRow) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """When the trial child stops: warm-up that has settled, and a candidate pruned as too slow.
 
+The budget's rule (`free_compiles`) is here too: what `--trials` counts.
 The child applies these rules step by step; the parent sets the prune limit
 (`prune_limit`) and the other trials' median curve (`median_curve`), and
 replays the same rules over recorded steps (`prune_point`, in
@@ -15,6 +16,18 @@ from collections.abc import Callable, Iterable, Sequence
 #: Trials that must have reached k pairs before the median curve limits a trial at k
 #: (like the `n_startup_trials` of Optuna's MedianPruner, counted per pair).
 CURVE_MIN_TRIALS = 5
+#: Compile-only runs `--trials` does not count, as a multiple of `--trials`: a search
+#: trial whose configuration compiled to a program this host timed already is answered
+#: from that timing and costs one compile, so the first `FREE_COMPILES * trials` of them
+#: are free and the budget buys timed processes (`Store.claim`). A rule of `auto`, chosen
+#: leave-one-workload-out (`benchmarks/scripts/leave_one_out.py`; the README's Search
+#: section). Read when used.
+FREE_COMPILES = 0.0
+
+
+def free_compiles(trials: int) -> int:
+    """How many compile-only runs a budget of `trials` does not count (`FREE_COMPILES`)."""
+    return int(FREE_COMPILES * trials)
 
 
 def settled(times: Sequence[float], window: int = 5, tolerance: float = 0.05) -> bool:

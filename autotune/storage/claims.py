@@ -23,6 +23,7 @@ from autotune.ground.records import (
     ClaimState,
     ClaimVerdict,
     FlagValue,
+    OutcomeKind,
     Role,
     WorkerRecord,
 )
@@ -48,6 +49,7 @@ class ClaimsMixin(StoreBase):
         trial_number: int | None,
         owner: tuple[str, int],
         budget: tuple[int, Sequence[Role]] | None = None,
+        free_compiles: int = 0,
     ) -> tuple[ClaimVerdict, ClaimRecord | None]:
         """Claim the right to measure `key` in the environment `env_key`, atomically.
 
@@ -56,7 +58,8 @@ class ClaimsMixin(StoreBase):
         PostgreSQL's row lock), then decides:
 
         - FULL: `budget` = (trials, roles) and the study already holds that
-          many runs of those roles plus running claims of them;
+          many runs of those roles plus running claims of them, its first
+          `free_compiles` compile-only runs not counted (`_held`);
         - TAKEN: `key` is claimed in `env_key` and that claim is running or
           done; the record is that claim;
         - CLAIMED: a new claim, or one that was interrupted or marked for a
@@ -70,7 +73,8 @@ class ClaimsMixin(StoreBase):
             study = self._study_row(session, study_name)
             session.execute(update(StudyRow).where(StudyRow.id == study.id).values(
                 claims_made=StudyRow.claims_made + 1))
-            if budget is not None and self._held(session, study.id, budget[1]) >= budget[0]:
+            if budget is not None and self._held(
+                    session, study.id, budget[1], free_compiles) >= budget[0]:
                 return ClaimVerdict.FULL, None
             row = session.scalar(select(ClaimRow).where(
                 ClaimRow.study_id == study.id, ClaimRow.env_key == env_key,
@@ -88,29 +92,41 @@ class ClaimsMixin(StoreBase):
             return ClaimVerdict.CLAIMED, row.to_record(study.name)
 
     @staticmethod
-    def _held(session: Session, study_id: int, roles: Sequence[Role]) -> int:
-        """Runs of `roles` in the study plus its running claims of them (what a budget counts)."""
-        names = [str(r) for r in roles]
-        runs = session.scalar(select(func.count(RunRow.id)).where(
-            RunRow.study_id == study_id, RunRow.role.in_(names))) or 0
+    def _counted(session: Session, study_id: int, roles: Sequence[Role], free_compiles: int = 0
+                 ) -> int:
+        """Stored runs of `roles` in the study, less its compile-only runs (OK, nothing
+        timed: a program timed already) up to `free_compiles`."""
+        of_roles = (RunRow.study_id == study_id, RunRow.role.in_([str(r) for r in roles]))
+        runs = session.scalar(select(func.count(RunRow.id)).where(*of_roles)) or 0
+        compiled = 0 if free_compiles <= 0 else session.scalar(
+            select(func.count(RunRow.id)).where(
+                *of_roles, RunRow.kind == str(OutcomeKind.OK), RunRow.median_s.is_(None))) or 0
+        return runs - min(compiled, free_compiles)
+
+    @classmethod
+    def _held(cls, session: Session, study_id: int, roles: Sequence[Role],
+              free_compiles: int = 0) -> int:
+        """What a budget counts: `_counted` plus the study's running claims of `roles` (a
+        running claim counts in full until its run says otherwise)."""
         running = session.scalar(select(func.count(ClaimRow.id)).where(
-            ClaimRow.study_id == study_id, ClaimRow.role.in_(names),
+            ClaimRow.study_id == study_id, ClaimRow.role.in_([str(r) for r in roles]),
             ClaimRow.state == str(ClaimState.RUNNING))) or 0
-        return runs + running
+        return cls._counted(session, study_id, roles, free_compiles) + running
 
     @asked_again
-    def held(self, study_name: str, roles: Sequence[Role]) -> int:
-        """What a budget of `roles` counts now (see `claim`)."""
+    def held(self, study_name: str, roles: Sequence[Role], free_compiles: int = 0) -> int:
+        """What a budget of `roles` counts now (see `claim` and `_held`)."""
         with self._session() as session:
-            return self._held(session, self._study_row(session, study_name).id, roles)
+            return self._held(session, self._study_row(session, study_name).id, roles,
+                              free_compiles)
 
     @asked_again
-    def count_runs(self, study_name: str, roles: Sequence[Role]) -> int:
-        """How many runs of `roles` the study has stored (a progress display's count)."""
+    def count_runs(self, study_name: str, roles: Sequence[Role], free_compiles: int = 0) -> int:
+        """How many runs of `roles` the study has stored, less the compile-only ones up to
+        `free_compiles` (a progress display's count of what `--trials` counts)."""
         with self._session() as session:
-            study = self._study_row(session, study_name)
-            return session.scalar(select(func.count(RunRow.id)).where(
-                RunRow.study_id == study.id, RunRow.role.in_([str(r) for r in roles]))) or 0
+            return self._counted(session, self._study_row(session, study_name).id, roles,
+                                 free_compiles)
 
     @asked_again
     def release(self, claim_id: int, state: ClaimState = ClaimState.INTERRUPTED) -> bool:

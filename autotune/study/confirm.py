@@ -1,7 +1,7 @@
 """The confirmation phase: the best configurations re-measured in fresh processes.
 
 The best of many noisy trials is usually lucky. After the search, the `top`
-best configurations (`autotune.results.ranking.ranked`, those that
+best configurations (`autotune.results.ranking.to_confirm`, those that
 `needs_confirmation`) are measured again, round by round: round r measures
 every target once (in DIRECT mode after one baseline process), so drift hits
 all of them alike. Each run is a claim (`confirm:TRIAL:ROUND`), so processes
@@ -20,7 +20,7 @@ from autotune.results.confirmation import (
     needs_confirmation,
     sequential_next,
 )
-from autotune.results.ranking import ranked
+from autotune.results.ranking import to_confirm
 from autotune.study.context import StudyContext
 from autotune.study.plan import ConfirmEvent
 from autotune.study.reap import wait_for_claims, wait_for_search
@@ -43,7 +43,7 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
     """
     wait_for_search(ctx)
     runs = ctx.runs()
-    targets = [r for r in ranked(runs, ctx.plan.memory_budget_bytes)
+    targets = [r for r in to_confirm(runs, ctx.plan.memory_budget_bytes)
                if needs_confirmation(r)][:top]
     if targets and on_start:
         on_start(len(targets))

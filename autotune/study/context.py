@@ -32,6 +32,7 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.launch.launcher import Launcher, TrialRequest
+from autotune.rules.stopping import free_compiles
 from autotune.storage.store import Store
 from autotune.study.heartbeat import claim_heartbeat
 from autotune.study.measured import BUDGET_ROLES
@@ -100,7 +101,13 @@ class StudyContext:
         """Claim `key` in this environment (`Store.claim`); with `budget`, the claim counts
         toward `--trials` and is refused (FULL) once the study holds them."""
         return self.store.claim(self.name, self.env_key, key, role, flags, number, self.owner,
-                                budget=(self.plan.trials, BUDGET_ROLES) if budget else None)
+                                budget=(self.plan.trials, BUDGET_ROLES) if budget else None,
+                                free_compiles=free_compiles(self.plan.trials))
+
+    def budget_held(self) -> int:
+        """What `--trials` counts now: the budget's runs and running claims, less the
+        compile-only runs it does not count (`autotune.rules.stopping.FREE_COMPILES`)."""
+        return self.store.held(self.name, BUDGET_ROLES, free_compiles(self.plan.trials))
 
     def launch(self, request: TrialRequest, claim_id: int | None) -> TrialOutcome:
         """Launch one measurement; under a claim, beat its heartbeat every `CLAIM_BEAT_S`

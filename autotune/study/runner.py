@@ -271,7 +271,7 @@ class StudyRunner:
 
     def remaining(self) -> int:
         """Trials still to launch before the study holds `plan.trials` measured ones."""
-        return max(0, self.plan.trials - self.store.held(self.plan.name, BUDGET_ROLES))
+        return max(0, self.plan.trials - self.ctx.budget_held())
 
     def fit_space(self, study: optuna.Study) -> SpaceFit | None:
         """Fit the space to the baseline's program once per study (`autotune.study.fit`);

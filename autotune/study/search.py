@@ -47,7 +47,7 @@ from autotune.storage._optuna import (
     trials_in,
 )
 from autotune.study.context import Settle, StudyContext
-from autotune.study.measured import BUDGET_ROLES, MeasuredIndex, objective_values
+from autotune.study.measured import MeasuredIndex, objective_values
 from autotune.study.plan import BASELINE_KEY, TrialEvent
 from autotune.study.reap import owner_text, reap
 from autotune.study.samplers import Objective, SamplerChoice, grid_order
@@ -78,7 +78,7 @@ class StudyView:
         running = ctx.store.claims(ctx.name, [ClaimState.RUNNING], env_key=ctx.env_key)
         index = MeasuredIndex.of(runs, ctx.judge.catalog)
         index.in_flight = {c.key for c in running}
-        return cls(index, ctx.store.held(ctx.name, BUDGET_ROLES), runs)
+        return cls(index, ctx.budget_held(), runs)
 
     def baseline_elsewhere(self) -> bool:
         """Whether another process is measuring this environment's baseline right now."""
