@@ -127,31 +127,6 @@ def test_the_lucb_rule_races_the_leaders_challenger_while_their_bounds_overlap(m
     assert race_target(found).program == "A"  # now the leader has fewer observations
 
 
-def test_confirmation_takes_programs_in_the_order_its_rule_names(monkeypatch):
-    """A backed at 0.95 (three processes, 0.88-1.02), B lucky once at 0.93, C at 0.94
-    twice: "pooled" takes B first, "backed" the backed A first, "bound" the best
-    pessimistic estimate (A, then C: two processes narrow C more than B's one)."""
-    from autotune.results import ranking
-
-    s = Runs()
-    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
-    s.add(Role.SEARCH, {FAST: True}, 0.95, m=program(0.95, "A"))  # trial 1
-    s.add(Role.SEARCH, {LEVEL: 2}, 0.93, m=program(0.93, "B"))  # trial 2
-    s.add(Role.SEARCH, {WIDTH: 128}, 0.94, m=program(0.94, "C"))  # trial 3
-    for ratio in (0.88, 1.02):
-        s.add(Role.RACE, {FAST: True}, ratio, trial=1, m=program(ratio, "A"))
-    s.add(Role.RACE, {WIDTH: 128}, 0.94, trial=3, m=program(0.94, "C"))
-
-    def order(rule: str) -> list[int | None]:
-        monkeypatch.setattr(ranking, "CONFIRM_ORDER", rule)
-        return [r.trial_number for r in ranking.to_confirm(s.runs)
-                if r.role is not Role.BASELINE]
-
-    assert order("pooled") == [2, 3, 1]
-    assert order("backed") == [1, 2, 3]
-    assert order("bound") == [1, 3, 2]
-
-
 def test_the_lucb_rule_stops_once_the_leader_is_told_apart(monkeypatch):
     from autotune.results import evidence
 

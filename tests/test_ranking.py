@@ -47,6 +47,8 @@ from autotune.results.table import (
     best_row_json,
     best_rows,
     changed_flags,
+    compile_only,
+    counted_trials,
     measured_backend,
     outcome_counts,
     study_row,
@@ -951,3 +953,62 @@ def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie(
     confs = Confirmations.of(tie.runs)
     assert confs.of_run(winner).estimate.ratio == confs.of_run(level).estimate.ratio
     assert sequential_next(tie.runs, [winner, level], cap=16) is None  # no better: done
+
+
+# --- what confirmation takes, and what --trials counts -----------------------------------------
+
+
+def test_confirmation_takes_programs_in_the_order_its_rule_names(monkeypatch):
+    """A backed at 0.95 (three processes, 0.88-1.02), B lucky once at 0.93, C at 0.94
+    twice, D once at 0.85: "pooled" takes D then B first, "backed" the backed A first,
+    "bound" the best pessimistic estimate (D's lead outweighs its one process; then A,
+    then C: two processes narrow C more than B's one). Above a memory budget, D is out."""
+    from autotune.results import ranking
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.95)  # trial 1
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.93)  # trial 2
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.94)  # trial 3
+    s.add(Role.SEARCH, {WIDTH: 512}, 0.85,
+          m=replace(measurement(0.85, memory=64 * MiB), fingerprint="t4"))  # trial 4
+    for ratio in (0.88, 1.02):
+        s.add(Role.RACE, {FAST: True}, ratio, trial=1)
+    s.add(Role.RACE, {WIDTH: 128}, 0.94, trial=3)
+
+    def order(rule: str, budget: int | None = None) -> list[int | None]:
+        monkeypatch.setattr(ranking, "CONFIRM_ORDER", rule)
+        return [r.trial_number for r in ranking.to_confirm(s.runs, budget)
+                if r.role is not Role.BASELINE]
+
+    assert order("pooled") == [4, 2, 3, 1] == [r.trial_number for r in ranked(s.runs)
+                                                if r.role is not Role.BASELINE]
+    assert order("backed") == [1, 4, 2, 3]
+    assert order("bound") == [4, 1, 3, 2]
+    assert order("bound", 32 * MiB) == [1, 3, 2]
+
+
+def test_trials_counts_compile_only_runs_but_those_its_allowance_frees(monkeypatch):
+    from autotune.rules import stopping
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.95)
+    untimed = Measurement((), 1.0, mode=MeasureMode.PAIRED, same_program_as=1)
+    for width in (128, 256, 512):  # compiled to a program timed already
+        s.add(Role.SEARCH, {WIDTH: width}, None, m=untimed)
+    s.add(Role.CONFIRM, {FAST: True}, 0.95, trial=1)  # never counted
+    s.add(Role.RACE, {FAST: True}, 0.95, trial=1)
+    s.add(Role.SEARCH, {LEVEL: 2}, None, kind=OutcomeKind.CRASHED)  # never free
+    s.add(Role.FINGERPRINT, {LEVEL: 1}, None, m=untimed)  # the fit's: not the budget's
+    assert [compile_only(r) for r in s.runs] == [False, False, True, True, True, False,
+                                                 False, False, True]
+    assert counted_trials(s.runs, 3) == 7  # 5 trials of the budget's roles, 1 race, 1 crash
+    monkeypatch.setattr(stopping, "FREE_COMPILES", 1.0)
+    assert stopping.free_compiles(3) == 3 and stopping.free_compiles(2) == 2
+    assert counted_trials(s.runs, 3) == 4
+    assert counted_trials(s.runs, 2) == 5  # two of the three are free
+    assert counted_trials(s.runs, 10) == 4  # the three, and no more
+    assert counted_trials(s.runs) == 7  # no target, nothing free
+    monkeypatch.setattr(stopping, "FREE_COMPILES", 0.5)
+    assert stopping.free_compiles(3) == 1 and counted_trials(s.runs, 3) == 6
