@@ -89,6 +89,55 @@ def test_local_workers_and_their_trials_die_with_a_sigkilled_leader(tmp_path):
     assert kill_check.count_rows(tmp_path, RUNNING) == 0  # each worker marked its own trial
 
 
+STUCK_WORKER = """
+import os, signal, sys, time
+from autotune.cli import worker
+worker.LEADER_GRACE_S = 1.0
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # its stop never comes (a lost signal, a hang)
+worker.follow_leader(os.getppid())
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+LEADER = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', sys.argv[1], "
+          "sys.argv[2]], stderr=open(sys.argv[3], 'w')); time.sleep(120)")
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is no zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def test_a_worker_that_does_not_stop_when_its_leader_dies_is_ended_after_its_grace(tmp_path):
+    """A worker left once in about sixty runs of `study --workers 2` with the leader killed
+    (issue 31): however the worker's own stop hangs, it ends `LEADER_GRACE_S` after its
+    leader, and says where each thread waited."""
+    pid_file, err = tmp_path / "worker.pid", tmp_path / "worker.err"
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, STUCK_WORKER, str(pid_file),
+                               str(err)])
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and leader.poll() is None
+            time.sleep(0.1)
+        stuck = int(pid_file.read_text())
+        time.sleep(2.5)  # its leader alive: the watch leaves it be
+        assert _running(stuck)
+    finally:
+        leader.kill()
+        leader.wait()
+    ended = time.monotonic() + 20
+    while _running(stuck) and time.monotonic() < ended:
+        time.sleep(0.1)
+    assert not _running(stuck)
+    said = err.read_text()
+    assert "had not stopped; ending it now" in said
+    assert 'File "<string>", line 8' in said  # the main thread's stack: where it waited
+
+
 def test_the_guard_ends_as_its_child_ended(tmp_path):
     code = run_bounded([sys.executable, "-c", "raise SystemExit(7)"], os.environ, tmp_path, 30)
     assert code.returncode == 7

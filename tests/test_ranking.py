@@ -909,6 +909,43 @@ def test_a_confirmed_leader_ends_sequential_confirmation_but_a_weaker_one_does_n
     assert sequential_next(s.runs, [winner, worse], cap=16) is None
 
 
+def test_the_projected_stop_gives_up_what_its_cap_cannot_confirm(monkeypatch):
+    from autotune.results import confirmation
+
+    estimate = RatioEstimate(0.95, 0.90, 1.00, 0.95, n_processes=4, n_pairs=4)
+    # 4 processes x (log(1/0.95) / log(0.99/0.95))^2 = 6.19 to bring 1.00 under 0.99
+    assert confirmation.CONFIRM_STOP == "cap"  # what ships: nothing given up early
+    assert not confirmation.cannot_confirm_by(estimate, 6)
+    assert not confirmation.cannot_confirm_by(RatioEstimate(0.99, 0.9, 1.1, 0.95, 4, 4), 6)
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "projected")
+    assert confirmation.cannot_confirm_by(estimate, 6)
+    assert not confirmation.cannot_confirm_by(estimate, 7)
+    wider = RatioEstimate(0.95, 0.85, 1.05, 0.95, n_processes=4, n_pairs=4)
+    assert confirmation.cannot_confirm_by(wider, 7)  # a wider interval needs more
+    more = RatioEstimate(0.95, 0.90, 1.00, 0.95, n_processes=8, n_pairs=8)
+    assert confirmation.cannot_confirm_by(more, 7) and not confirmation.cannot_confirm_by(more, 13)
+    at_floor = RatioEstimate(0.99, 0.95, 1.03, 0.95, n_processes=4, n_pairs=4)
+    assert confirmation.cannot_confirm_by(at_floor, 10**6)  # its estimate is no gain worth it
+    monkeypatch.setattr(confirmation, "MIN_GAIN", 0.0)  # the bound moves with MIN_GAIN
+    assert not confirmation.cannot_confirm_by(at_floor, 10**6)
+
+
+def test_sequential_confirmation_under_the_projected_stop(monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 1.06, 0.93, 1.02])  # 0.974, about 107 to go
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.97, 1.03, 0.975, 1.02])  # 0.997: never
+    wide, none = _targets(s)
+    assert confirmation.sequential_next(s.runs, [wide, none], cap=16) is wide
+    assert confirmation.sequential_next(s.runs, [none], cap=16) is none
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "projected")
+    assert confirmation.sequential_next(s.runs, [wide, none], cap=16) is None
+    assert confirmation.sequential_next(s.runs, [wide, none], cap=120) is wide
+    assert confirmation.sequential_next(s.runs, [none], cap=10**6) is None
+
+
 def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics():
     from autotune.results.confirmation import NOT_WORTH, sequential_next
 

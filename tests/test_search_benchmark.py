@@ -107,6 +107,15 @@ def test_a_methods_figures_are_fractions_of_the_oracles():
     assert outcome.of_oracle(mine, none) == {"captured_gain": None, "right": None}
 
 
+def test_the_oracles_confirmation_share_follows_the_cap_a_setting_gives():
+    study = script("replay_study")
+    assert study.confirm_budget() == max(study.CONFIRM_TOP * study.CONFIRM_REPEATS,
+                                         study.CONFIRM_MAX) == 32
+    assert study.confirm_budget([("replay_study", "CONFIRM_MAX", 48)]) == 48
+    assert study.confirm_budget([("replay_study", "CONFIRM_MAX", 0)]) == 6  # the rounds
+    assert study.confirm_budget([("autotune.results.confirmation", "CONFIRM_MAX", 48)]) == 32
+
+
 def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation():
     """`--trials B`: `auto` resolves as for a user with that budget, the search times at
     most B processes, and the answer is the confirmed recommendation with its truth."""

@@ -46,7 +46,7 @@ def audit(
     ] = 2,
     confirm_max: Annotated[int, typer.Option(
         min=0, help="At most this many processes for the whole set (0: no sequential "
-                    "confirmation).")] = 16,
+                    "confirmation).")] = 32,
     name: Annotated[str | None, typer.Option(
         help="The audit study's name (default audit-WORKLOAD-PRESET-Ndev-DIGEST).")] = None,
     output: Annotated[Path | None, typer.Option(

@@ -21,18 +21,25 @@ import typer
 
 from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, out
 
+#: Seconds a worker may take to stop once its leader died (the trial in flight killed and
+#: released as interrupted) before it is ended hard (`guard.end_after_parent`).
+LEADER_GRACE_S = 10.0
+
 
 def follow_leader(leader: int) -> None:
     """Stop as on SIGTERM when process `leader` (this worker's parent) dies, however it dies:
     the kernel sends the signal (Linux `PR_SET_PDEATHSIG`); a leader gone already ends
-    this worker at once (exit 1, nothing claimed yet)."""
+    this worker at once (exit 1, nothing claimed yet). A worker still running
+    `LEADER_GRACE_S` after its leader died is ended hard: its claims then stop beating and
+    are reaped like a SIGKILLed worker's, so nothing is lost."""
     import signal
 
-    from autotune.ground.guard import die_with_parent
+    from autotune.ground.guard import die_with_parent, end_after_parent
 
     die_with_parent(signal.SIGTERM)
     if os.getppid() != leader:
         raise typer.Exit(1)
+    end_after_parent(leader, LEADER_GRACE_S)
 
 
 #: Seconds a standing worker first waits when no study has work, and at most (it doubles).

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
 import resource
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -203,6 +205,29 @@ def _prctl(option: int, value: int) -> None:
 def die_with_parent(signum: int) -> None:
     """Ask Linux to send `signum` to this process when its parent exits (elsewhere: nothing)."""
     _prctl(PR_SET_PDEATHSIG, int(signum))
+
+
+def end_after_parent(parent: int, grace_s: float, poll_s: float = 1.0) -> threading.Thread:
+    """Start a daemon thread that ends this process `grace_s` seconds after process `parent`
+    stopped being its parent, should it still run then: a bound on a stop that hangs, which
+    the signal of `die_with_parent` alone does not give (a main thread stuck where the
+    signal's exception is lost or a lock never comes free). It writes one line and every
+    thread's stack to stderr (where it waited), then exits with status 1 at once
+    (`os._exit`: no clean-up runs; children that `die_with_parent` follow)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        time.sleep(grace_s)
+        sys.stderr.write(f"autotune: the process {parent} that started this one ended "
+                         f"{grace_s:g} s ago and this one had not stopped; ending it now, "
+                         "where each thread waited:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="autotune-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def become_subreaper() -> None:

@@ -128,7 +128,7 @@ class StudyOptions(Options):
     confirm_repeats: int = Field(2, ge=2, description=(
         "Fresh processes per confirmed configuration, before sequential confirmation "
         "(shrinking and PGLE take at least 4)."))
-    confirm_max: int = Field(16, ge=0, description=(
+    confirm_max: int = Field(32, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation)."))
     prune_margin: float | None = Field(1.3, ge=1.0, description=(
@@ -202,7 +202,7 @@ class AfterSearch:
     confirm_repeats: int = 2
     shrink: bool = True
     pgle: int = 0
-    confirm_max: int = 16
+    confirm_max: int = 32
 
     @property
     def measure_repeats(self) -> int:

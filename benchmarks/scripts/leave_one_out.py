@@ -40,10 +40,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outcome  # noqa: E402  (sibling scripts, not a package)
 from replay_study import (  # noqa: E402
-    CONFIRM_BUDGET,
     Runner,
     Setting,
     committed_tables,
+    confirm_budget,
     loaded,
     parse_seeds,
     seeds_text,
@@ -110,7 +110,8 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
                           budget, best, defaults)
         shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
                              defaults)
-        limit = outcome.oracle(table, [budget + CONFIRM_BUDGET] * len(report), report)
+        limit = outcome.oracle(table, [budget + confirm_budget(chosen)] * len(report),
+                               report)
         out.append({"table": path.name, "pick": {f"{m}:{a}": v for m, a, v in chosen},
                     "left_out": left, "shipped": shipped, "oracle": limit,
                     "of_oracle": outcome.of_oracle(left, limit)})

@@ -21,7 +21,7 @@ of a configuration's program), never by what the study itself measured:
 The **oracle** knows which program is truly the best (more than any method
 can know: compiles free, and every configuration's program and true ratio
 known) and spends the method's budget, B search processes plus the most the
-confirmation may spend on one configuration (`replay_study.CONFIRM_BUDGET`),
+confirmation may spend on one configuration (`replay_study.confirm_budget`),
 measuring that program against the defaults. It recommends it where the
 same rule as `recommend` allows (the pooled interval of the paired ratio,
 `autotune.rules.stats.paired_ratio`, lies wholly below 1 - `MIN_GAIN`,

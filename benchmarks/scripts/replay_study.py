@@ -27,10 +27,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what `autotune study` confirms by default: the best 3, 2 fresh processes each, then
-#: sequentially up to 16 processes per configuration (`--confirm-max`)
-CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 2, 16
-#: the processes confirmation may spend on one configuration, at most (the oracle's share)
-CONFIRM_BUDGET = max(CONFIRM_TOP * CONFIRM_REPEATS, CONFIRM_MAX)
+#: sequentially up to 32 processes per configuration (`--confirm-max`)
+CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 2, 32
 
 
 @dataclass
@@ -229,6 +227,14 @@ def loaded(path: str) -> tuple[Any, Any, Any]:
 #: a tuned constant set for one study: (module, attribute, value), e.g.
 #: ("autotune.study.samplers", "TPE_STARTUP", 8); it must be read when used, not bound early
 Setting = tuple[str, str, Any]
+
+
+def confirm_budget(settings: Sequence[Setting] = ()) -> int:
+    """The processes confirmation may spend on one configuration, at most (the oracle's
+    share): by `CONFIRM_MAX` as it is now, or as `settings` set it."""
+    cap = next((value for module, attribute, value in settings
+                if (module, attribute) == ("replay_study", "CONFIRM_MAX")), CONFIRM_MAX)
+    return max(CONFIRM_TOP * CONFIRM_REPEATS, cap)
 
 
 @contextmanager

@@ -88,7 +88,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outcome  # noqa: E402  (sibling scripts, not a package)
 import replay_study  # noqa: E402
 from replay_study import (  # noqa: E402
-    CONFIRM_BUDGET,
     CONFIRM_MAX,
     CONFIRM_REPEATS,
     CONFIRM_TOP,
@@ -96,6 +95,7 @@ from replay_study import (  # noqa: E402
     Runner,
     Trace,
     committed_tables,
+    confirm_budget,
     loaded,
     parse_seeds,
     run_study,
@@ -174,7 +174,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     _describe(table, space, path, best, say)
     structured = _structure(table, say)
     marks = checkpoints(trials)
-    limit = {str(b): outcome.oracle(table, [b + CONFIRM_BUDGET] * len(seeds), seeds)
+    limit = {str(b): outcome.oracle(table, [b + confirm_budget()] * len(seeds), seeds)
              for b in marks}
     out: dict[str, Any] = {"table": path.name, "best": best, "defaults": defaults,
                            "structure": structured, "oracle": limit, "results": []}
