@@ -174,8 +174,9 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
 
     args = [sys.executable, "benchmarks/scripts/leave_one_out.py", str(NORM_ACT),
             str(ROOT / "benchmarks/tables/mlp-dp-small.json"), "--tune",
-            "autotune.results.evidence:BACKED_BY=2,3", "--budget", "10", "--choose-seeds",
-            "0-1", "--report-seeds", "1000-1001", "--jobs", "1", "--json"]
+            "autotune.results.evidence:BACKED_BY=2,3", "--tune", "replay_study:CONFIRM_MAX=8",
+            "--budget", "10", "--choose-seeds", "0-1", "--report-seeds", "1000-1001", "--jobs",
+            "2", "--json"]  # a short confirmation cap: one value, so every pick holds it
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
@@ -183,6 +184,7 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     for row in doc["tables"]:
         assert set(row) == {"table", "pick", "left_out", "shipped", "oracle", "of_oracle"}
         assert row["pick"]["autotune.results.evidence:BACKED_BY"] in (2, 3)
+        assert row["pick"]["replay_study:CONFIRM_MAX"] == 8
         assert 0 <= row["left_out"]["right"] <= 1 and 0 <= row["oracle"]["right"] <= 1
         assert row["left_out"]["device_seconds"] > 0
     bad = subprocess.run(args[:2] + [str(NORM_ACT), "--tune", "x=1"], cwd=ROOT,

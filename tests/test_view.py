@@ -544,6 +544,13 @@ def test_the_warm_start_notes_name_what_was_drawn_and_what_the_sampler_was_given
         "being measured here")
     (only,) = warm_notes(record(plan={PLAN_PRIOR: plan[PLAN_PRIOR]}))
     assert only.text.startswith("warm start: the sampler was given")
+    leaders = [{"study": "c", "trial": 9, "likeness": 1.0, "key": "--y=2", "confirmed": False},
+               *plan[PLAN_WARM]]  # a leader recorded first is still named after
+    (confirmed, leader) = warm_notes(record(plan={PLAN_WARM: leaders}))
+    assert confirmed.text == notes[0].text
+    assert leader.kind == "warm_start" and leader.text == (
+        "warm start: the search then measured the leaders of 'c' trial 9 (likeness 1.0 of 3), "
+        "faster there but not confirmed, each measured and confirmed here like any other")
 
 
 def test_the_runs_page_filters_pages_and_counts_every_run():

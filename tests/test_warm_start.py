@@ -31,7 +31,7 @@ from autotune.ground.records import (
 )
 from autotune.launch.replay import ReplayTable, TableLauncher
 from autotune.results.notes import study_notes
-from autotune.results.ranking import recommend
+from autotune.results.ranking import confirmed_order, recommend
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.plan import StudyPlan
@@ -89,6 +89,48 @@ def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: 
         cold = _runner(store, "cold", 4, 99, warm_start=False)
         cold.run()
         assert cold.warm_start() == [] and PLAN_WARM not in (store.get_study("cold").plan or {})
+
+
+def _unconfirmed_sibling(store: Store) -> RunRecord:
+    """A searched sibling whose confirmation confirmed nothing (a cap of 4 processes) but
+    measured a configuration faster than the defaults: its leader."""
+    for seed in range(40):
+        name = f"unsure-{seed}"
+        runner = _runner(store, name, 30, seed)
+        runner.run()
+        runner.confirm(3, 2, cap=4)
+        runs = store.runs(name)
+        if not recommend(runs).recommended:
+            for run, conf in confirmed_order(runs):
+                if conf is None:
+                    break
+                if conf.estimate is not None and conf.estimate.ratio < 1.0 \
+                        and not conf.same_program and not conf.numerics_failures:
+                    return run
+        store.delete_study(name)
+    raise AssertionError("no seed of 40 left norm-act's leader unconfirmed")
+
+
+def test_a_sibling_that_confirmed_nothing_lends_its_leader_after_confirmed_ones(
+        tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        leader = _unconfirmed_sibling(store)
+        runner = _runner(store, "new", 4, 99)
+        runner.run()
+        assert [(w.study, w.trial, w.confirmed) for w in runner.warm_start()] == [
+            (leader.study_name, leader.trial_number, False)]
+        runs = [r for r in store.runs("new") if r.role is Role.SEARCH]
+        assert _key(dict(runs[0].flags)) == _key(dict(leader.flags))  # first, before sampling
+        record = store.get_study("new")
+        notes = [n.text for n in study_notes(record, store.runs("new"), []) if
+                 n.kind == "warm_start"]
+        assert any(f"the leaders of '{leader.study_name}' trial {leader.trial_number}" in n
+                   and "not confirmed" in n for n in notes), notes
+        _sibling(store)  # a confirmed configuration goes before any leader
+        later = _runner(store, "later", 4, 98)
+        later.run()
+        confirmed = [w.confirmed for w in later.warm_start()]
+        assert confirmed[0] and confirmed == sorted(confirmed, reverse=True), confirmed
 
 
 def test_a_sibling_measured_on_another_device_kind_is_not_drawn_from(tmp_path: Path):

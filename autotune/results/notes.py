@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.ground.records import PLAN_PRIOR, PLAN_WARM, RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
@@ -61,12 +62,15 @@ def warm_notes(record: StudyRecord) -> list[Note]:
     whose measured programs the sampler was given (`PLAN_PRIOR`)."""
     plan = record.plan or {}
     notes = []
-    if drawn := plan.get(PLAN_WARM) or []:
-        named = "; ".join(f"'{d.get('study')}' trial {d.get('trial')} (likeness "
-                          f"{d.get('likeness')} of 3)" for d in drawn)
+    drawn = plan.get(PLAN_WARM) or []
+    if confirmed := [d for d in drawn if d.get("confirmed", True)]:
         notes.append(Note("warm_start", f"warm start: the search began with the confirmed "
-                          f"configurations of {named}, each measured and confirmed here like "
-                          "any other (--no-warm-start: from nothing)"))
+                          f"configurations of {_drawn(confirmed)}, each measured and confirmed "
+                          "here like any other (--no-warm-start: from nothing)"))
+    if leaders := [d for d in drawn if not d.get("confirmed", True)]:
+        notes.append(Note("warm_start", f"warm start: the search then measured the leaders of "
+                          f"{_drawn(leaders)}, faster there but not confirmed, each measured "
+                          "and confirmed here like any other"))
     if prior := plan.get(PLAN_PRIOR) or []:
         named = "; ".join(f"{d.get('programs')} of '{d.get('study')}' (likeness "
                           f"{d.get('likeness')} of 3, each counted {d.get('copies')}x)"
@@ -75,6 +79,12 @@ def warm_notes(record: StudyRecord) -> list[Note]:
                           f"earlier studies measured as evidence: {named}; none counts "
                           "toward --trials or is recommended without being measured here"))
     return notes
+
+
+def _drawn(drawn: list[dict[str, Any]]) -> str:
+    """The earlier studies' trials a warm start queued, with their likeness, in words."""
+    return "; ".join(f"'{d.get('study')}' trial {d.get('trial')} (likeness "
+                     f"{d.get('likeness')} of 3)" for d in drawn)
 
 
 #: What each source of a peak-memory figure measures (`child.program.memory_figures`).

@@ -33,7 +33,7 @@ from typing import Any
 from autotune.flags.compose import config_key, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord, StudyRecord
 from autotune.results.evidence import pooled
-from autotune.results.ranking import recommend, within_budget
+from autotune.results.ranking import confirmed_order, main_runs, recommend, within_budget
 from autotune.results.shrink import shrink
 from autotune.results.study_results import study_catalog
 from autotune.spaces import Space
@@ -53,11 +53,13 @@ class WarmConfig:
     likeness: float
     params: dict[str, Any]
     key: str
+    #: False: the study's leader, measured faster but not confirmed (`_unconfirmed_leader`)
+    confirmed: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """What the plan records of it (`PLAN_WARM`)."""
         return {"study": self.study, "trial": self.trial, "likeness": round(self.likeness, 3),
-                "key": self.key}
+                "key": self.key, "confirmed": self.confirmed}
 
 
 @dataclass(frozen=True)
@@ -77,16 +79,21 @@ class PriorTrial:
 
 def warm_configs(donors: list[Donor], space: Space, catalog: Any) -> list[WarmConfig]:
     """The configurations a study starts its search with, from its `donors` (`donors`):
-    one per earlier study that confirmed one, the most alike first, at most `WARM_FROM`,
-    each distinct and other than XLA's defaults."""
+    one per earlier study, the most alike first: the configuration it confirmed, or, where
+    it confirmed none, its leader (`_unconfirmed_leader`); every confirmed one before any
+    leader, each distinct and other than XLA's defaults, at most `WARM_FROM`."""
     found: list[WarmConfig] = []
     for donor in donors:
         theirs = _recommended(donor, catalog)
+        confirmed = theirs is not None
+        theirs = theirs if confirmed else _unconfirmed_leader(donor)
         if theirs is None:
             continue
         params = mapped_params(theirs[1], space, catalog)
         if params is not None:
-            found.append(WarmConfig(donor.record.name, theirs[0], donor.likeness, *params))
+            found.append(WarmConfig(donor.record.name, theirs[0], donor.likeness, *params,
+                                    confirmed=confirmed))
+    found.sort(key=lambda warm: not warm.confirmed)  # stable: by likeness within each
     distinct: dict[str, WarmConfig] = {}
     for warm in found:
         distinct.setdefault(warm.key, warm)
@@ -189,6 +196,26 @@ def _recommended(donor: Donor, catalog: Any) -> tuple[int | None, dict[str, Flag
     state = shrink(kept, rec.run, study_catalog(catalog, record))
     return rec.run.trial_number, dict(state.minimal if state is not None and state.done
                                       else rec.run.flags)
+
+
+def _unconfirmed_leader(donor: Donor) -> tuple[int | None, dict[str, FlagValue]] | None:
+    """What an earlier study that confirmed nothing measured fastest: the first
+    configuration of its `confirmed_order` whose confirmation's point estimate is faster
+    than XLA's defaults (a gain it could not confirm as worth applying), compiled to a
+    program of its own, its numerics sound; None where there is none or the study
+    does not minimise time alone. Queued here it is measured and confirmed like any
+    other: a gain a noisy sibling could not confirm may be confirmed on this workload."""
+    record = donor.record
+    if tuple(record.objectives) != ("time",):
+        return None
+    for run, conf in confirmed_order(main_runs(donor.runs), record.memory_budget_bytes):
+        if conf is None:  # the rest were not confirmed
+            return None
+        estimate = conf.estimate
+        if (estimate is not None and estimate.ratio < 1.0 and not conf.same_program
+                and not conf.numerics_failures):
+            return run.trial_number, dict(run.flags)
+    return None
 
 
 def _baseline(runs: list[RunRecord]) -> RunRecord | None:
