@@ -33,7 +33,7 @@ from typing import Any
 from autotune.flags.compose import config_key, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord, StudyRecord
 from autotune.results.evidence import pooled
-from autotune.results.ranking import confirmed_order, main_runs, recommend, within_budget
+from autotune.results.ranking import Order, main_runs, ordered, recommend, within_budget
 from autotune.results.shrink import shrink
 from autotune.results.study_results import study_catalog
 from autotune.spaces import Space
@@ -84,14 +84,13 @@ def warm_configs(donors: list[Donor], space: Space, catalog: Any) -> list[WarmCo
     leader, each distinct and other than XLA's defaults, at most `WARM_FROM`."""
     found: list[WarmConfig] = []
     for donor in donors:
-        theirs = _recommended(donor, catalog)
-        confirmed = theirs is not None
-        theirs = theirs if confirmed else _unconfirmed_leader(donor)
-        if theirs is None:
+        lent = _lent(donor, catalog)
+        if lent is None:
             continue
-        params = mapped_params(theirs[1], space, catalog)
+        trial, flags, confirmed = lent
+        params = mapped_params(flags, space, catalog)
         if params is not None:
-            found.append(WarmConfig(donor.record.name, theirs[0], donor.likeness, *params,
+            found.append(WarmConfig(donor.record.name, trial, donor.likeness, *params,
                                     confirmed=confirmed))
     found.sort(key=lambda warm: not warm.confirmed)  # stable: by likeness within each
     distinct: dict[str, WarmConfig] = {}
@@ -186,35 +185,37 @@ def donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[Donor]
     return sorted(found, key=lambda d: (-d.likeness, d.record.name))
 
 
-def _recommended(donor: Donor, catalog: Any) -> tuple[int | None, dict[str, FlagValue]] | None:
-    """What an earlier study recommends: (its trial, the flags: the minimal set where
-    shrinking kept one), or None: nothing confirmed."""
+def _lent(donor: Donor, catalog: Any
+          ) -> tuple[int | None, dict[str, FlagValue], bool] | None:
+    """What an earlier study lends a warm start: (its trial, the flags, True) for the
+    configuration it recommends (the minimal set where shrinking kept one), else (its
+    trial, the flags, False) for its `_unconfirmed_leader` where it minimises time alone,
+    else None. Its order is computed once for both."""
     record, kept = donor.record, donor.runs
-    rec = recommend(kept, record.objectives, record.memory_budget_bytes)
-    if not rec.recommended or rec.run is None:
-        return None
-    state = shrink(kept, rec.run, study_catalog(catalog, record))
-    return rec.run.trial_number, dict(state.minimal if state is not None and state.done
-                                      else rec.run.flags)
+    order = ordered(main_runs(kept), record.objectives, record.memory_budget_bytes)
+    rec = recommend(kept, record.objectives, record.memory_budget_bytes, order=order)
+    if rec.recommended and rec.run is not None:
+        state = shrink(kept, rec.run, study_catalog(catalog, record))
+        return rec.run.trial_number, dict(state.minimal if state is not None and state.done
+                                          else rec.run.flags), True
+    leader = _unconfirmed_leader(order) if tuple(record.objectives) == ("time",) else None
+    return None if leader is None else (leader.trial_number, dict(leader.flags), False)
 
 
-def _unconfirmed_leader(donor: Donor) -> tuple[int | None, dict[str, FlagValue]] | None:
-    """What an earlier study that confirmed nothing measured fastest: the first
-    configuration of its `confirmed_order` whose confirmation's point estimate is faster
-    than XLA's defaults (a gain it could not confirm as worth applying), compiled to a
-    program of its own, its numerics sound; None where there is none or the study
-    does not minimise time alone. Queued here it is measured and confirmed like any
-    other: a gain a noisy sibling could not confirm may be confirmed on this workload."""
-    record = donor.record
-    if tuple(record.objectives) != ("time",):
-        return None
-    for run, conf in confirmed_order(main_runs(donor.runs), record.memory_budget_bytes):
+def _unconfirmed_leader(order: Order) -> RunRecord | None:
+    """What a study that confirmed nothing measured fastest, from its `confirmed_order`:
+    the first configuration whose confirmation's point estimate is faster than XLA's
+    defaults (a gain it could not confirm as worth applying), compiled to a program of
+    its own, its numerics sound; None where there is none. Queued by a warm start it is
+    measured and confirmed like any other: a gain a noisy sibling could not confirm may
+    be confirmed on the new workload."""
+    for run, conf in order:
         if conf is None:  # the rest were not confirmed
             return None
         estimate = conf.estimate
         if (estimate is not None and estimate.ratio < 1.0 and not conf.same_program
                 and not conf.numerics_failures):
-            return run.trial_number, dict(run.flags)
+            return run
     return None
 
 
