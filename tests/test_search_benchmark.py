@@ -192,6 +192,25 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr
 
 
+@pytest.mark.slow
+def test_the_warm_start_benchmark_names_each_pair_in_full_within_80_columns():
+    import subprocess
+
+    args = [sys.executable, "benchmarks/scripts/warm_start.py", "--pairs", "5", "--seeds",
+            "1000-1001", "--budgets", "3", "--jobs", "2"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, done.stdout
+    # both directions of the pair, each named in full on a line of its own, one row after it
+    pairs = ["norm-act-small-avx512.json.gz -> norm-act-batch-small.json.gz",
+             "norm-act-batch-small.json.gz -> norm-act-small-avx512.json.gz"]
+    assert [line for line in lines if "->" in line] == pairs
+    for pair in pairs:
+        row = lines[lines.index(pair) + 1].split()
+        assert row[0] == "3" and row[1].count("%") == 2, done.stdout
+
+
 def test_the_cost_to_match_random_is_the_first_checkpoint_as_good_as_it():
     """`matching`: the device-seconds a method spends to reach random search's captured gain
     and share right at the last checkpoint, as a ratio of random's."""

@@ -50,7 +50,10 @@ def _study_on_a_small_disk(folder: Path, size: str, trials: int) -> subprocess.C
               f"{' '.join(study)}; code=$?; mkdir {folder}/kept; cp {folder}/small/a.db* "
               f"{folder}/kept/ 2>/dev/null; exit $code")
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
-                          text=True, timeout=600, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=600,
+                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin",
+                               # the session's probe cache, never ~/.cache
+                               "AUTOTUNE_CACHE_DIR": os.environ["AUTOTUNE_CACHE_DIR"]})
 
 
 @needs_tmpfs

@@ -162,22 +162,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(reports, indent=1))
         return
-    print(f"{'sibling -> new study':48} {'B':>3} {'right warm/cold':>16} "
-          f"{'sound w/c':>10} {'gain warm/cold':>15} {'slower':>7} {'dev-s w/c':>11} "
-          f"{'drew':>5}")
+    print_table(reports)
+
+
+def print_table(reports: list[dict]) -> None:
+    """Each pair on a line of its own with full table names, then one row per budget;
+    every line within 80 columns."""
+    print(f"{'B':>5} {'right warm/cold':>16} {'sound w/c':>10} {'gain warm/cold':>15} "
+          f"{'slower':>7} {'dev-s w/c':>11} {'drew':>5}")
     for r in reports:
+        print(f"{r['sibling']} -> {r['new']}")
         for budget, row in r["budgets"].items():
             w, c = row["warm"], row["cold"]
             gain = "/".join("-" if x["captured_gain"] is None
                             else f"{x['captured_gain']['median']:.2f}" for x in (w, c))
-            print(f"{r['sibling'][:22] + ' -> ' + r['new'][:22]:48} {budget:>3} "
-                  f"{w['right']:>7.0%}/{c['right']:<7.0%} "
-                  f"{w['sound']:>4.0%}/{c['sound']:<4.0%} {gain:>15} "
+            print(f"{budget:>5} {w['right']:>8.0%}/{c['right']:<7.0%} "
+                  f"{w['sound']:>5.0%}/{c['sound']:<4.0%} {gain:>15} "
                   f"{max(w['slower'], c['slower']):>7.0%} "
                   f"{w['device_seconds']:>5.0f}/{c['device_seconds']:<5.0f} {w['drew']:>5}")
-        print(f"  (the sibling right on {r['sibling_right']:.0%}, a configuration drawn from it "
-              f"on {r['sibling_drew']:.0%}; the new table's optimum {r['new_gain']:.1%} "
-              "faster than its defaults)")
+        print(f"  (the sibling right on {r['sibling_right']:.0%}, a configuration drawn from "
+              f"it on {r['sibling_drew']:.0%};\n   the new table's optimum "
+              f"{r['new_gain']:.1%} faster than its defaults)")
 
 
 if __name__ == "__main__":
