@@ -211,6 +211,27 @@ def test_the_warm_start_benchmark_names_each_pair_in_full_within_80_columns():
         assert row[0] == "3" and row[1].count("%") == 2, done.stdout
 
 
+@pytest.mark.slow
+def test_the_noise_benchmark_gives_each_step_count_the_spread_of_real_a_a_ratios():
+    import subprocess
+
+    args = [sys.executable, "benchmarks/scripts/noise_steps.py", "--benchmark", "norm-act",
+            "--preset", "tiny", "--processes", "2", "--steps", "5,10"]
+    done = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert [r["steps"] for r in doc["rows"]] == [5, 10]
+    for r in doc["rows"]:
+        assert len(r["ratios"]) == r["processes"] == 2
+        assert all(0.5 < x < 2 for x in r["ratios"])  # the baseline against itself
+        assert r["spread"] == pytest.approx(max(r["ratios"]) / min(r["ratios"]))
+        assert r["sd_times_sqrt_steps"] == pytest.approx(r["sd_log_ratio"] * r["steps"] ** 0.5)
+    bad = subprocess.run(args[:2] + ["--benchmark", "no-such"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 1 and "no benchmark 'no-such'" in bad.stderr
+
+
 def test_the_cost_to_match_random_is_the_first_checkpoint_as_good_as_it():
     """`matching`: the device-seconds a method spends to reach random search's captured gain
     and share right at the last checkpoint, as a ratio of random's."""
