@@ -232,7 +232,7 @@ def test_the_noise_benchmark_gives_each_step_count_the_spread_of_real_a_a_ratios
         assert r["sd_times_sqrt_steps"] == pytest.approx(r["sd_log_ratio"] * r["steps"] ** 0.5)
     bad = subprocess.run(args[:2] + ["--benchmark", "no-such"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
-    assert bad.returncode == 1 and "no benchmark 'no-such'" in bad.stderr
+    assert bad.returncode == 1 and "unknown benchmark 'no-such'" in bad.stderr
 
 
 def test_the_cost_to_match_random_is_the_first_checkpoint_as_good_as_it():

@@ -13,7 +13,8 @@ then needs: (1.96 sd / 0.04)^2 processes of S steps.
     python benchmarks/scripts/noise_steps.py --benchmark norm-act --preset small \\
         --devices 1 --processes 10 --steps 20,80,320 [--json]
 
-`--benchmark` names a file in benchmarks/ or benchmarks/corpus/, or gives a path.
+`--script benchmarks/corpus/lj-md.py` measures a corpus workload instead of a built-in
+`--benchmark`.
 Uses the launcher only, never Optuna or SQLAlchemy.
 """
 
@@ -35,16 +36,16 @@ ROOT = Path(__file__).resolve().parents[2]
 GAIN = 0.04  # the gain a confirmation should tell from the defaults, in the last column
 
 
-def workload_path(name: str) -> Path:
-    """A benchmark by name (benchmarks/, then benchmarks/corpus/) or a path."""
-    for folder in (ROOT / "benchmarks", ROOT / "benchmarks" / "corpus"):
-        if (folder / f"{name}.py").is_file():
-            return folder / f"{name}.py"
-    path = Path(name)
-    if not path.is_file():
-        sys.exit(f"no benchmark {name!r}: name one in benchmarks/ or benchmarks/corpus/, "
-                 "or give a path")
-    return path
+def workload_path(benchmark: str, script: str | None) -> Path:
+    """The built-in `benchmark`, or the workload file `script` (a corpus workload), as
+    `autotune study` resolves them; exits with the project's one-line message."""
+    from autotune.ground.errors import UnknownBenchmarkError, WorkloadError
+    from autotune.launch.workloads import resolve_benchmark, resolve_script
+
+    try:
+        return (resolve_script(script) if script else resolve_benchmark(benchmark)).path
+    except (UnknownBenchmarkError, WorkloadError) as exc:
+        sys.exit(str(exc))
 
 
 def aa_ratios(workload: Path, preset: str, devices: int, steps: int,
@@ -79,6 +80,8 @@ def row(steps: int, ratios: list[float], seconds: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--benchmark", default="norm-act")
+    parser.add_argument("--script", help="a workload file (e.g. benchmarks/corpus/lj-md.py) "
+                        "instead of a built-in --benchmark")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--processes", type=int, default=10)
@@ -87,14 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.processes < 2:
         parser.error("--processes must be at least 2 (a spread needs two)")
-    workload = workload_path(args.benchmark)
+    workload = workload_path(args.benchmark, args.script)
     rows = [row(s, *aa_ratios(workload, args.preset, args.devices, s, args.processes))
             for s in (int(x) for x in args.steps.split(","))]
     if args.json:
-        print(json.dumps({"benchmark": args.benchmark, "preset": args.preset,
+        print(json.dumps({"benchmark": workload.stem, "preset": args.preset,
                           "devices": args.devices, "rows": rows}, indent=1))
         return
-    print(f"{args.benchmark} {args.preset}, {args.devices} device(s): A/A paired ratios, "
+    print(f"{workload.stem} {args.preset}, {args.devices} device(s): A/A paired ratios, "
           f"{args.processes} fresh processes per step count")
     print(f"{'steps':>6} {'sd log':>8} {'sd*sqrt(S)':>11} {'max/min':>8} {'median':>7} "
           f"{'s/process':>10} {'to confirm 4%':>14}")
