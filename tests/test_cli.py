@@ -517,7 +517,7 @@ QUICK = ["--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", 
 def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     result = invoke("study", "--space", "cpu", "--script", str(EXAMPLES / "my_step.py"),
                     "--trials", "3", "--confirm", "1", "--confirm-repeats", "2",
-                    "--confirm-max", "4", *QUICK,
+                    "--confirm-max", "4", "--confirm-steps", "9", *QUICK,
                     "--no-fit", "--no-racing", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "confirming the best configuration:" in result.output
@@ -546,6 +546,10 @@ def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
                                                             best.flags)] * len(confirm)
     assert sequential_next(stored, [best], cap=4) is None  # it stopped where the rule says
     assert all(r.outcome.ok and r.outcome.measurement.step_times_s for r in confirm)
+    # the search timed --steps 5 per process, each confirmation process --confirm-steps 9
+    assert {len(r.outcome.measurement.step_times_s) for r in search} == {5}
+    assert {len(r.outcome.measurement.step_times_s) for r in confirm} == {9}
+    assert {len(r.outcome.measurement.baseline_step_times_s) for r in confirm} == {9}
     assert f"confirm 1/2: trial #{best.trial_number} " in result.output
     assert f"confirm 2/2: trial #{best.trial_number} " in result.output
     shown = invoke("trials", "cpu-my_step-tiny-1dev", cwd=tmp_path)

@@ -118,6 +118,18 @@ def test_record_table_records_a_corpus_workload_compressed(tmp_path):
     [record] = again.meta["pinned"]
     assert record["repeats"] == 2 and sorted(record["configurations"]) == sorted(again.runs)
     assert record["by"].startswith("python benchmarks/scripts/record_table.py --pin")
+    longer = subprocess.run(  # the best program (never the defaults') in a 6-step process
+        [sys.executable, "benchmarks/scripts/record_table.py", "--long-for", str(out),
+         "--top", "1", "--repeats", "1", "--long", "6"], cwd=ROOT, env=cpu_child_env(1),
+        capture_output=True, text=True, timeout=600)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    third = ReplayTable.load(out)
+    [(key, runs)] = third.long_runs.items()
+    assert key == config_key({LEVEL: 0}) and third.runs == again.runs
+    assert [(r["status"], len(r["step_times_s"]), len(r["baseline_step_times_s"]))
+            for r in runs] == [("ok", 6, 6)]
+    [made] = third.meta["long"]
+    assert made["steps"] == 6 and made["repeats"] == 1 and made["configurations"] == [key]
 
 
 def _table_of(tmp_path: Path, ratios: dict[str, tuple[str, float]]) -> Path:

@@ -91,3 +91,8 @@ def test_what_happens_after_the_search_comes_from_the_options():
     # Study.run's arguments override what is given, and leave the rest to the options
     assert AfterSearch.of(options, confirm=0, shrink=None, pgle=None) == AfterSearch(
         0, 5, False, 1)
+    # confirmation's processes time the search's steps unless --confirm-steps says more
+    assert AfterSearch.of(options).confirm_steps is None
+    longer = StudyOptions(space="cpu", confirm_steps=160)
+    assert AfterSearch.of(longer).confirm_steps == 160
+    assert AfterSearch.of(longer, confirm_steps=40).confirm_steps == 40

@@ -506,6 +506,57 @@ def test_a_table_without_fingerprints_judges_each_configuration_by_its_own_repea
     assert table.distinct_programs() is None
 
 
+def test_a_confirmation_longer_than_the_tables_runs_is_served_from_its_long_runs(tmp_path):
+    from autotune.launch.replay import ReplayTable, TableLauncher
+
+    def long_run(ratio: float, steps: int) -> dict:
+        return {"status": "ok", "message": "", "step_times_s": [0.01 * ratio] * steps,
+                "baseline_step_times_s": [0.01] * steps, "compile_time_s": 0.5}
+
+    recorded, joined = {LEVEL: 1}, {LEVEL: 0}
+    path = _table_file(tmp_path, [
+        {"flags": recorded, "runs": _runs(0.90, 0.91, 0.92), "program": "p1",
+         "long_runs": [long_run(0.8, 40), long_run(0.7, 40)]},
+        {"flags": joined, "runs": _runs(1.2, 1.3), "program": "p0"},
+    ], steps=6, made_on={"vector_isa": "avx512f"},
+       long=[{"steps": 40, "vector_isa": "avx512f"}])
+    table = ReplayTable.load(path)
+    assert table.long_runs == {config_key(recorded): table.long_runs[config_key(recorded)]}
+    assert table.long_comparable
+    launcher = TableLauncher(table, load_catalog(), seed=0, long_after=6)
+
+    def longer(flags: Mapping[str, FlagValue], steps: int) -> TrialRequest:
+        return TrialRequest(Path("w.py"), "small", job=Job(steps=steps), flags=dict(flags))
+
+    # as many steps as the table's runs: the search's draw, as before
+    short = launcher.launch(longer(recorded, 6)).measurement
+    assert len(short.step_times_s) == 6
+    assert min(abs(short.paired_ratio - r) for r in (0.90, 0.91, 0.92)) < 1e-9
+    # more: one run of confirmation length, cut to the steps asked for, both arms
+    long_ = [launcher.launch(longer(recorded, 25)) for _ in range(2)]
+    assert sorted(o.measurement.paired_ratio for o in long_) == pytest.approx([0.7, 0.8])
+    assert {len(o.measurement.step_times_s) for o in long_} == {25}
+    assert {len(o.measurement.baseline_step_times_s) for o in long_} == {25}
+    assert long_[0].duration_s == pytest.approx(0.5 + 25 * 0.01 * (1 + long_[0].measurement
+                                                                   .paired_ratio))
+    # a program without them: its ordinary runs joined end to end (6 + 6 + 6 >= 14 steps)
+    glued = launcher.launch(longer(joined, 14))
+    assert len(glued.measurement.step_times_s) == 14
+    assert {round(t, 6) for t in glued.measurement.step_times_s} <= {0.012, 0.013}
+    assert launcher.served == {"long": 2, "joined": 1}
+    # long runs from another kind of machine (or one not known) confirm nothing here: the
+    # table's own runs are joined instead
+    for made_on in ({"vector_isa": "avx2"}, {}):
+        doc = json.loads(path.read_text())
+        path.write_text(json.dumps({**doc, "made_on": made_on}))
+        foreign = ReplayTable.load(path)
+        assert not foreign.long_comparable
+        elsewhere = TableLauncher(foreign, load_catalog(), seed=0, long_after=6)
+        other = elsewhere.launch(longer(recorded, 25)).measurement
+        assert {round(t, 6) for t in other.step_times_s} <= {0.009, 0.0091, 0.0092}
+        assert elsewhere.served == {"joined": 1}
+
+
 @pytest.mark.slow
 def test_record_table_fingerprints_the_programs_of_a_table(tmp_path):
     """`--add-programs` compiles each entry for real: level 0 is another program, and

@@ -136,6 +136,60 @@ def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation
     assert choose_sampler("auto", (Objective.TIME,), space, 20 * 40).name == "grid"
 
 
+def test_a_longer_confirmation_is_served_from_the_tables_runs_of_that_length():
+    """`CONFIRM_STEPS` (`--confirm-steps`) reaches every confirmation process; the replay
+    serves each from a recorded run of that length where the program has them (a committed
+    table's leading programs do, `record_table.py --long-for`) and says how many it joined."""
+    study = script("replay_study")
+    table = ReplayTable.load(ROOT / "benchmarks/tables/norm-act-small-avx512.json.gz")
+    assert table.long_comparable and all(len(run["step_times_s"]) >= 160
+                                         for runs in table.long_runs.values() for run in runs)
+    space = load_space(str(ROOT / table.meta["space"]))
+    with study.patched([("replay_study", "CONFIRM_STEPS", 160)]):
+        answers = [study.run_study(table, space, "auto", seed, 40, load_catalog(),
+                                   confirm=True) for seed in (1002, 1003)]
+    # where a leader confirmed is one of the programs recorded at that length
+    assert sum(a.served.get("long", 0) for a in answers) >= 1
+    answer = answers[0]
+    short = study.run_study(table, space, "auto", 1002, 40, load_catalog(), confirm=True)
+    assert short.served == {}  # the search's own steps: nothing longer was asked for
+    # a confirmation process of 160 steps costs more than one of the table's 20
+    assert answer.device_seconds - answer.trace.device_seconds[-1] > \
+        short.device_seconds - short.trace.device_seconds[-1]
+
+
+def test_the_truth_check_sets_a_tables_short_truth_beside_its_long_runs(tmp_path, capsys):
+    def run(ratio: float, steps: int) -> dict:
+        return {"status": "ok", "message": "", "step_times_s": [0.01 * ratio] * steps,
+                "baseline_step_times_s": [0.01] * steps}
+
+    doc = {"schema_version": 1, "kind": "autotune-replay-table", "benchmark": "matmul",
+           "preset": "tiny", "devices": 1, "space": "benchmarks/tables/cpu-table.yaml",
+           "configurations": 2, "distinct": 2, "repeats": 2, "steps": 4,
+           "long": [{"steps": 40, "vector_isa": "avx512f"}],
+           "entries": [{"flags": {}, "runs": [run(1.0, 4)] * 2, "program": "d"},
+                       {"flags": {LEVEL: 1}, "runs": [run(0.9, 4), run(0.92, 4)],
+                        "program": "p", "long_runs": [run(0.97, 40)] * 3}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    check = script("truth_check")
+    check.main([str(path), "--json"])
+    [table] = json.loads(capsys.readouterr().out)["tables"]
+    assert table["defaults"]["ratio"] == pytest.approx(1.0)
+    [program] = table["programs"]
+    assert program["configuration"] == config_key({LEVEL: 1})
+    # the median of two processes' log ratios: their geometric mean
+    assert program["short"]["ratio"] == pytest.approx((0.9 * 0.92) ** 0.5)
+    assert program["short"]["processes"] == 2
+    assert program["long"]["ratio"] == pytest.approx(0.97) and program["long"]["processes"] == 3
+    check.main([str(path)])
+    text = capsys.readouterr().out
+    assert "saves +9.0%" in text and "saves +3.0%" in text and " 40 steps" in text
+    # the table's CPU is not known: its long runs (from an AVX-512 CPU) do not compare
+    assert table["comparable"] is False and table["long_vector_isa"] == ["avx512f"]
+    assert "not comparable: the table's runs on an unknown CPU" in text
+
+
 def test_a_constant_is_picked_on_the_other_tables_only():
     loo = script("leave_one_out")
     assert loo.parse_tune("autotune.results.evidence:BACKED_BY=2,3") == [

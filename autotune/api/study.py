@@ -48,6 +48,7 @@ class Study:
                max_warmup: int = 30, settle_tolerance: float = 0.05, mode: str = "paired",
                drop_unknown: bool = False, allow_backend_mismatch: bool = False,
                confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 32,
+               confirm_steps: int | None = None,
                prune_margin: float | None = 1.3, shrink: bool = True,
                warm_start: bool = True, priority: int = 0,
                keep_trial_files: str | Path | None = None,
@@ -59,8 +60,8 @@ class Study:
         `heartbeat_s`; `prune_margin=None` is `--no-prune`), with the same default and
         meaning: see `autotune study --help` or `StudyOptions`, whose fields these are
         (a test keeps the two equal). `confirm`, `confirm_repeats`, `confirm_max`,
-        `shrink` and `pgle` are what `run()` does after the search unless it is told
-        otherwise. `storage` is the database URL.
+        `confirm_steps`, `shrink` and `pgle` are what `run()` does after the search unless
+        it is told otherwise. `storage` is the database URL.
 
         Raises:
             UsageError: a value out of range or unknown (named), as `plan_study` says.
@@ -72,7 +73,7 @@ class Study:
 
     def run(self, *, confirm: int | None = None, confirm_repeats: int | None = None,
             shrink: bool | None = None, pgle: int | None = None,
-            confirm_max: int | None = None,
+            confirm_max: int | None = None, confirm_steps: int | None = None,
             on_trial: Callable[[TrialEvent], None] | None = None,
             on_confirm: Callable[[ConfirmEvent], None] | None = None,
             on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
@@ -80,7 +81,8 @@ class Study:
         `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
         with `pgle` K, measure the best K again with a PGLE profile each
         (`StudyRunner.pgle`), `confirm_repeats` processes each; `confirm_max` caps
-        sequential confirmation (0: off). Each of the five left None is what the
+        sequential confirmation (0: off), and `confirm_steps` sets the timed steps of each
+        confirmation process. Each of the six left None is what the
         study's options say (`Study.create(confirm=..., ...)`).
 
         Raises:
@@ -100,7 +102,7 @@ class Study:
             summary = runner.run(on_trial=on_trial)
             after = AfterSearch.of(plan.options, confirm=confirm,
                                    confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle,
-                                   confirm_max=confirm_max)
+                                   confirm_max=confirm_max, confirm_steps=confirm_steps)
             finish(runner, after, _callbacks(on_confirm, on_shrink))
         finally:
             runner.close()

@@ -14,7 +14,7 @@ import gzip
 import json
 import random
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -83,6 +83,9 @@ class ReplayTable:
             (result bodies as the trial child writes them: status, step times...).
         programs: key -> the program fingerprint XLA compiled the configuration
             to (`autotune.child.program.program_fingerprint`), where the table has it.
+        long_runs: key -> runs of confirmation length (`record_table.py --long-for`: more
+            steps per process than `meta["steps"]`), for the few leading programs that have
+            them.
     """
 
     path: Path
@@ -90,6 +93,7 @@ class ReplayTable:
     flags: Mapping[str, Mapping[str, FlagValue]]
     runs: Mapping[str, Sequence[Mapping[str, Any]]]
     programs: Mapping[str, str] = field(default_factory=dict)
+    long_runs: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path | str) -> ReplayTable:
@@ -114,8 +118,21 @@ class ReplayTable:
         runs = {compose.config_key(e["flags"]): e["runs"] for e in entries}
         programs = {compose.config_key(e["flags"]): e["program"] for e in entries
                     if e.get("program")}
+        long_runs = {compose.config_key(e["flags"]): e["long_runs"] for e in entries
+                     if e.get("long_runs")}
         meta = {k: v for k, v in doc.items() if k != "entries"}
-        return cls(file, meta, flags, runs, programs)
+        return cls(file, meta, flags, runs, programs, long_runs)
+
+    @cached_property
+    def long_comparable(self) -> bool:
+        """The runs of confirmation length were recorded on the kind of machine the table's
+        own runs were: every `long` record's `vector_isa` is the table's (`made_on`), both
+        known. One program's ratio differs between CPUs (norm-act's table on a CPU with
+        AVX-512 and its table without), so runs from another kind would confirm another
+        machine's gain: the launcher then joins the table's own runs instead."""
+        isa = (self.meta.get("made_on") or {}).get("vector_isa")
+        records = self.meta.get("long") or []
+        return bool(isa and records) and all(r.get("vector_isa") == isa for r in records)
 
     def workload(self, root: Path) -> WorkloadInfo:
         """The workload the table was recorded on: its `script` (a path relative to the
@@ -209,18 +226,32 @@ class TableLauncher(Launcher):
     set, the child's pruning rules (`autotune.rules.stopping`) are applied to the
     recorded steps, so pruned trials come out as they would have.
 
+    With `long_after` set (the table's own steps, as the search benchmarks set it), a
+    request for more steps than that (a confirmation of `--confirm-steps`) is answered by
+    `_long`: one recorded run of confirmation length of the program where the table has
+    them from its own kind of machine (`ReplayTable.long_runs`, `long_comparable`), cut
+    to the steps asked for, else recorded processes of the program joined end to end.
+    `served` counts
+    the answers of each kind ("long", "joined"), so a benchmark can say how many of its
+    long answers were measured as such.
+
     Args:
         table: the recorded table.
         catalog: the flag catalog (XLA's defaults, to find the effective configuration).
         seed: seed of the draws.
+        long_after: requests of more steps than this are served by `_long`; None: every
+            request from the table's runs, whatever its steps.
     """
 
-    def __init__(self, table: ReplayTable, catalog: Any, seed: int | None = None) -> None:
+    def __init__(self, table: ReplayTable, catalog: Any, seed: int | None = None,
+                 long_after: int | None = None) -> None:
         self.table = table
+        self.long_after = long_after
         self.catalog = catalog
         self.rng = random.Random(seed)
         self.launched: list[str] = []
-        self._rounds: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        self._rounds: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+        self.served: Counter[str] = Counter()
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         key = compose.config_key(compose.effective_config(request.flags, self.catalog))
@@ -232,22 +263,56 @@ class TableLauncher(Launcher):
         known = request.job.known_programs.get(program) if program else None
         if known is not None or not request.timed:
             return self._compiled_only(runs, program, known)
-        outcome = _outcome(self._draw(key), request.job.prune_ratio, request.job.prune_curve)
+        steps = request.job.steps
+        long_ = self.long_after is not None and steps > self.long_after
+        run = self._long(key, steps) if long_ else self._draw(key)
+        outcome = _outcome(run, request.job.prune_ratio, request.job.prune_curve)
         return self._fingerprinted(outcome, program)
 
-    def _draw(self, key: str) -> Mapping[str, Any]:
+    def _draw(self, key: str, source: str = "runs") -> Mapping[str, Any]:
         """One recorded process of the configuration's program, drawn without replacement
         (a shuffled round of its pooled repeats, then the next round): two re-measurements
         are two distinct recorded processes, as two real ones would be, and one lucky
-        process is not drawn again until every other repeat has been."""
+        process is not drawn again until every other repeat has been. `source` "long_runs"
+        draws from the runs of confirmation length (there must be some)."""
         program = self.table.programs.get(key)
         pool = ("program", program) if program else ("configuration", key)
-        stack = self._rounds.setdefault(pool, [])
+        stack = self._rounds.setdefault((source, *pool), [])
         if not stack:
             members = [key] if program is None else self.table.members(program)
-            stack.extend(run for k in members for run in self.table.runs[k])
+            recorded = getattr(self.table, source)
+            stack.extend(run for k in members for run in recorded.get(k, ()))
             self.rng.shuffle(stack)
         return stack.pop()
+
+    def _has_long(self, key: str) -> bool:
+        """The program has runs of confirmation length from the table's kind of machine."""
+        if not self.table.long_comparable:
+            return False
+        program = self.table.programs.get(key)
+        members = [key] if program is None else self.table.members(program)
+        return any(self.table.long_runs.get(k) for k in members)
+
+    def _long(self, key: str, steps: int) -> Mapping[str, Any]:
+        """A process of `steps` steps: the program's runs of confirmation length where the
+        table has them, else its ordinary runs, drawn (`_draw`) and joined end to end until
+        there are `steps` pairs, then cut to them; a failed draw is the answer as it is.
+        Joined runs average out what a process shares across its steps (where it lands in
+        memory, its neighbours), so they are kinder than one real long process: `served`
+        says how many answers were joined."""
+        source = "long_runs" if self._has_long(key) else "runs"
+        pieces: list[Mapping[str, Any]] = []
+        while sum(len(p.get("step_times_s") or ()) for p in pieces) < steps:
+            piece = self._draw(key, source)
+            if piece.get("status") != "ok" or not piece.get("step_times_s"):
+                return piece
+            pieces.append(piece)
+        self.served["long" if len(pieces) == 1 and source == "long_runs" else "joined"] += 1
+        first = pieces[0]
+        return {**first,
+                "step_times_s": [t for p in pieces for t in p["step_times_s"]][:steps],
+                "baseline_step_times_s": [t for p in pieces
+                                          for t in p["baseline_step_times_s"]][:steps]}
 
     def _fingerprinted(self, outcome: TrialOutcome, program: str | None) -> TrialOutcome:
         """The outcome with the table's fingerprints of its program and of the baseline's,

@@ -28,9 +28,11 @@ from autotune.study.reap import wait_for_claims, wait_for_search
 
 def confirm(ctx: StudyContext, top: int, repeats: int,
             on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,
-            on_start: Callable[[int], None] | None = None) -> list[RunRecord]:
+            on_start: Callable[[int], None] | None = None,
+            steps: int | None = None) -> list[RunRecord]:
     """Re-measure the `top` best configurations `repeats` times each, interleaved; then,
-    up to `cap` processes each, sequentially (`sequential`).
+    up to `cap` processes each, sequentially (`sequential`). Each process times `steps`
+    steps (`--confirm-steps`; None: the study's `--steps`).
 
     `on_start` is told how many configurations are confirmed, once they are known and
     only when there is at least one (a search that measured nothing beside XLA's
@@ -53,7 +55,7 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
         for number, flags, round_ in pending:
             raise_if_interrupted()
             _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, flags,
-                                     number, ctx.judge.request(flags))
+                                     number, ctx.judge.request(flags, steps))
             if run is not None:
                 done += 1
                 if on_run:
@@ -64,12 +66,13 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
             break
         runs = ctx.runs()
     if cap > repeats:
-        sequential(ctx, targets, cap, on_run, done)
+        sequential(ctx, targets, cap, on_run, done, steps)
     return targets
 
 
 def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
-               on_run: Callable[[ConfirmEvent], None] | None, done: int) -> None:
+               on_run: Callable[[ConfirmEvent], None] | None, done: int,
+               steps: int | None = None) -> None:
     """Sequential confirmation: measure the leader once more at a time until its interval
     excludes 1.0 (it is recommended), shows no gain worth more (the next leader's turn),
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
@@ -86,7 +89,7 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
             return  # another process measures the leader now: it goes on from here
         [round_] = _free_rounds({c.key for c in claims}, number, 1)
         _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
-                                 number, ctx.judge.request(target.flags))
+                                 number, ctx.judge.request(target.flags, steps))
         if run is None:  # another process holds this round: it goes on from here
             return
         done += 1

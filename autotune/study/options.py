@@ -28,6 +28,7 @@ NOT_RECORDED = frozenset({
     "space", "benchmark", "script", "command", "name", "trials", "seed", "objective",
     "memory_budget", "preset", "devices", "mode", "drop_unknown", "allow_backend_mismatch",
     "trial_memory_limit", "racing", "heartbeat_s", "confirm", "confirm_repeats", "confirm_max",
+    "confirm_steps",
     "shrink", "pgle", "keep_trial_files", "priority", "warm_start"})
 
 #: The values `--sampler` and `--preset` take, listed in `--help` and completed by the shell
@@ -131,6 +132,10 @@ class StudyOptions(Options):
     confirm_max: int = Field(32, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation)."))
+    confirm_steps: int | None = Field(None, ge=3, description=(
+        "Timed steps per confirmation process (default: --steps). A paired ratio's noise "
+        "falls with its steps, so a few longer processes can confirm a gain that many "
+        "short ones cannot."))
     prune_margin: float | None = Field(1.3, ge=1.0, description=(
         "Stop a trial once it is this many times slower than the best so far (paired mode)."))
     shrink: bool = Field(True, description=(
@@ -194,6 +199,7 @@ class AfterSearch:
             before sequential confirmation; shrinking and PGLE take `measure_repeats`.
         confirm_max: sequential confirmation's cap of processes per configuration
             (`autotune.study.confirm.sequential`; 0 or at most `confirm_repeats`: off).
+        confirm_steps: timed steps per confirmation process (None: the study's steps).
         shrink: shrink the recommendation to the flags that matter.
         pgle: measure the best K again with a PGLE profile each (0: off).
     """
@@ -203,6 +209,7 @@ class AfterSearch:
     shrink: bool = True
     pgle: int = 0
     confirm_max: int = 32
+    confirm_steps: int | None = None
 
     @property
     def measure_repeats(self) -> int:
@@ -213,7 +220,8 @@ class AfterSearch:
     @classmethod
     def of(cls, options: StudyOptions, *, confirm: int | None = None,
            confirm_repeats: int | None = None, shrink: bool | None = None,
-           pgle: int | None = None, confirm_max: int | None = None) -> AfterSearch:
+           pgle: int | None = None, confirm_max: int | None = None,
+           confirm_steps: int | None = None) -> AfterSearch:
         """What `options` ask for after the search, each argument given (not None) instead
         of the option of its name."""
         def pick(given: Any, own: Any) -> Any:
@@ -221,7 +229,8 @@ class AfterSearch:
 
         return cls(pick(confirm, options.confirm), pick(confirm_repeats, options.confirm_repeats),
                    pick(shrink, options.shrink), pick(pgle, options.pgle),
-                   pick(confirm_max, options.confirm_max))
+                   pick(confirm_max, options.confirm_max),
+                   pick(confirm_steps, options.confirm_steps))
 
 
 class PgleOptions(Options):

@@ -338,11 +338,13 @@ class StudyRunner:
 
     def confirm(self, top: int, repeats: int,
                 on_run: Callable[[ConfirmEvent], None] | None = None, cap: int = 0,
-                on_start: Callable[[int], None] | None = None) -> list[RunRecord]:
+                on_start: Callable[[int], None] | None = None,
+                steps: int | None = None) -> list[RunRecord]:
         """The confirmation phase (`autotune.study.confirm`: `repeats` rounds, then
-        sequentially up to `cap` processes each; `on_start` is told how many are
-        confirmed); returns the configurations confirmed (their search runs)."""
-        return confirm_phase.confirm(self.ctx, top, repeats, on_run, cap, on_start)
+        sequentially up to `cap` processes each, of `steps` timed steps (None: the
+        study's); `on_start` is told how many are confirmed); returns the configurations
+        confirmed (their search runs)."""
+        return confirm_phase.confirm(self.ctx, top, repeats, on_run, cap, on_start, steps)
 
     def shrink(self, repeats: int,
                on_run: Callable[[ShrinkEvent], None] | None = None) -> Shrink | None:

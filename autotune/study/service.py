@@ -108,7 +108,7 @@ def _after_search(runner: StudyRunner, after: AfterSearch, watch: Watcher) -> No
     if not after.confirm or runner.plan.objectives == (Objective.MEMORY,):
         return
     if not runner.confirm(after.confirm, after.confirm_repeats, on_run=watch.confirmed,
-                          cap=after.confirm_max,
+                          cap=after.confirm_max, steps=after.confirm_steps,
                           on_start=lambda count: watch.confirming(count, after.confirm_repeats)):
         watch.nothing_to_confirm()
     if after.shrink:

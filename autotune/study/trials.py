@@ -114,8 +114,10 @@ class TrialJudge:
         self.catalog = catalog
         self._baseline_runs = baseline_runs
 
-    def request(self, config: Mapping[str, FlagValue]) -> TrialRequest:
-        """The request that measures `config` (PAIRED where the study is paired)."""
+    def request(self, config: Mapping[str, FlagValue], steps: int | None = None
+                ) -> TrialRequest:
+        """The request that measures `config` (PAIRED where the study is paired), over
+        `steps` timed steps instead of the study's where given (confirmation's)."""
         s = self.settings
         paired = s.mode is MeasureMode.PAIRED
         options = compiler_options(config, self.catalog) if paired else None
@@ -123,7 +125,8 @@ class TrialJudge:
         return TrialRequest(
             workload=s.workload, preset=s.preset, env={**s.base_env, **env},
             job=replace(s.job, compiler_options=options,
-                        program_flags=after_hlo_text(config, self.catalog)),
+                        program_flags=after_hlo_text(config, self.catalog),
+                        steps=steps or s.job.steps),
             timeout_s=s.timeout_s, memory_limit_bytes=s.memory_limit_bytes,
             command=s.command, flags=dict(config),
             workdir=Path.cwd() if s.command is not None else None, launcher=s.launcher,

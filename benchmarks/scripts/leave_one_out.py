@@ -166,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"{row['table']}: pick {row['pick']}")
         for name in ("left_out", "shipped", "oracle"):
             print(_line(name, row[name]))
+        served = row["left_out"].get("served") or {}
+        if any(served.values()):
+            print(f"  left out: {served['long']} confirmation processes served from runs of "
+                  f"that length, {served['joined']} joined from shorter runs")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,15 @@ the same way; the runs join their entries and `pinned` in the table says so:
     python benchmarks/scripts/record_table.py --pin benchmarks/tables/attention-small.json.gz \
         --top 8 --repeats 8
 
+A confirmation measures its few leaders in longer processes than the search's
+(`autotune study --confirm-steps`). The table's `--top` best programs (not the
+defaults') get `--repeats` processes of `--long` steps each, in each entry's
+`long_runs`; the replay serves a confirmation request of up to that many steps from
+them (`autotune.launch.replay.TableLauncher`):
+
+    python benchmarks/scripts/record_table.py --long-for benchmarks/tables/lj-md-small.json.gz \
+        --top 3 --repeats 6 --long 160
+
 A table recorded before fingerprints were kept gets them without measuring
 again (one process compiles every configuration):
 
@@ -316,42 +325,88 @@ def pinned_configs(table: Path, top: int) -> list[dict[str, Any]]:
     return [dict(replay.flags[k]) for k in keys]
 
 
+def _measure_leaders(args: argparse.Namespace, table: Path, doc: dict[str, Any],
+                     configs: list[dict[str, Any]], kind: str,
+                     seed_base: int) -> dict[str, list[dict[str, Any]]]:
+    """Measure `configs` in `args.repeats` fresh processes of `args.steps` steps each (the
+    recording's workload, preset and devices); key -> its runs. Resumable: the parts
+    are kept in `TABLE.KIND.parts` beside the table until the table is written."""
+    from autotune.flags.compose import config_key
+
+    args.benchmark, args.preset, args.devices = doc["benchmark"], doc["preset"], doc["devices"]
+    args.script = doc.get("script")
+    work = table.with_name(table.name.split(".")[0] + f".{kind}.parts")
+    work.mkdir(parents=True, exist_ok=True)
+    configs_file = work / "configs.json"
+    if not configs_file.exists():
+        configs_file.write_text(json.dumps(configs))
+    configs = json.loads(configs_file.read_text())
+    print(f"{table}: {kind}: {len(configs)} programs, {args.repeats} processes of "
+          f"{args.steps} steps", flush=True)
+    parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
+    for r, part in enumerate(parts):
+        run_child(args, configs_file, part, seed=seed_base + r)
+    runs: dict[str, list[dict[str, Any]]] = {config_key(c): [] for c in configs}
+    for part in parts:
+        for line in part.read_text().splitlines():
+            row = json.loads(line)
+            row.pop("device", None)
+            runs[row.pop("key")].append(row)
+    return runs
+
+
+def _record_of(args: argparse.Namespace, configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a `--pin` or `--long` step adds to the table's `pinned` or `long` list."""
+    from autotune.flags.compose import config_key
+
+    return {"configurations": [config_key(c) for c in configs], "repeats": args.repeats,
+            "by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
+            "date": dt.date.today().isoformat(), "vector_isa": _vector_isa()}
+
+
 def pin(args: argparse.Namespace) -> None:
     """Measure the table's leading programs in `args.repeats` more processes; append the
-    runs to their entries (resumable: the parts are kept beside the table until done)."""
+    runs to their entries (a run that compiled to another program says so)."""
     from autotune.flags.compose import config_key
 
     table: Path = args.pin
     doc = _read(table)
-    args.benchmark, args.preset, args.devices = doc["benchmark"], doc["preset"], doc["devices"]
-    args.script, args.steps = doc.get("script"), doc["steps"]
-    work = table.with_name(table.name.split(".")[0] + ".pin.parts")
-    work.mkdir(parents=True, exist_ok=True)
-    configs_file = work / "configs.json"
-    if not configs_file.exists():
-        configs_file.write_text(json.dumps(pinned_configs(table, args.top)))
-    configs = json.loads(configs_file.read_text())
-    print(f"{table}: pinning {len(configs)} programs with {args.repeats} processes", flush=True)
-    parts = [work / f"repeat-{r}.jsonl" for r in range(args.repeats)]
-    for r, part in enumerate(parts):
-        run_child(args, configs_file, part, seed=1000 + r)
+    args.steps = doc["steps"]
+    configs = pinned_configs(table, args.top)
+    measured = _measure_leaders(args, table, doc, configs, "pin", seed_base=1000)
     entries = {config_key(e["flags"]): e for e in doc["entries"]}
-    for part in parts:
-        for line in part.read_text().splitlines():
-            row = json.loads(line)
-            key = row.pop("key")
-            row.pop("device", None)
+    for key, runs in measured.items():
+        entry = entries[key]
+        for row in runs:
             program = row.pop("program", None)
-            entry = entries[key]
             if entry.get("program") not in (None, program):
                 row["program"] = program  # compiled otherwise this time: kept, and visible
             entry["runs"].append(row)
-    doc.setdefault("pinned", []).append({
-        "configurations": [config_key(c) for c in configs], "repeats": args.repeats,
-        "by": " ".join(["python", "benchmarks/scripts/record_table.py", *sys.argv[1:]]),
-        "date": dt.date.today().isoformat()})
+    doc.setdefault("pinned", []).append(_record_of(args, configs))
     _write(table, json.dumps(doc) + "\n")
     print(f"{table}: {len(configs)} programs pinned with {args.repeats} more processes each")
+
+
+def lengthen(args: argparse.Namespace) -> None:
+    """Measure the table's `--top` best programs (not the defaults': confirmation never
+    measures the baseline's own program against itself) in `args.repeats` fresh processes
+    of `--long` steps each, as a confirmation of that length would; the runs go to each
+    entry's `long_runs`, and the table's `long` list records how (`ReplayTable.long_runs`
+    serves a confirmation request of up to that many steps from them)."""
+    from autotune.flags.compose import config_key
+
+    table: Path = args.long_for
+    doc = _read(table)
+    args.steps = args.long
+    configs = [c for c in pinned_configs(table, args.top) if c]
+    measured = _measure_leaders(args, table, doc, configs, f"long{args.long}", seed_base=2000)
+    entries = {config_key(e["flags"]): e for e in doc["entries"]}
+    for key, runs in measured.items():
+        entries[key].setdefault("long_runs", []).extend(runs)
+    doc.setdefault("long", []).append({**_record_of(args, configs), "steps": args.long})
+    _write(table, json.dumps(doc) + "\n")
+    print(f"{table}: {len(configs)} programs measured in {args.repeats} processes of "
+          f"{args.long} steps")
 
 
 def _read(table: Path) -> dict[str, Any]:
@@ -394,6 +449,10 @@ def main() -> None:
                         help="measure the defaults' and the --top best programs of TABLE in "
                              "--repeats more processes")
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--long-for", type=Path, metavar="TABLE",
+                        help="measure the --top best programs of TABLE (not the defaults') in "
+                             "--repeats processes of --long steps: confirmation-length runs")
+    parser.add_argument("--long", type=int, default=160, metavar="STEPS")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -409,6 +468,9 @@ def main() -> None:
         return
     if args.pin:
         pin(args)
+        return
+    if args.long_for:
+        lengthen(args)
         return
     if args.script:
         args.script = os.path.relpath(Path(args.script).resolve(), ROOT)

@@ -29,6 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: what `autotune study` confirms by default: the best 3, 2 fresh processes each, then
 #: sequentially up to 32 processes per configuration (`--confirm-max`)
 CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 2, 32
+#: timed steps of each confirmation process (`--confirm-steps`); None: the search's, which
+#: here are the table's own (`meta["steps"]`). More are served from the table's runs of
+#: confirmation length (`record_table.py --long-for`), else from its runs joined end to end
+CONFIRM_STEPS: int | None = None
 
 
 @dataclass
@@ -71,6 +75,9 @@ class Answer:
     true_ratio: float | None = None
     device_seconds: float = 0.0
     timed: int = 0
+    #: confirmation processes longer than the table's runs, by how the replay served them
+    #: ("long": one recorded run of confirmation length, "joined": runs joined end to end)
+    served: dict[str, int] = field(default_factory=dict)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -148,9 +155,11 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
 
     plan = StudyPlan.of(name=f"{sampler}-{seed}", space=space, workload=table.workload(ROOT),
                         trials=trials or timed, sampler=sampler, seed=seed,
-                        racing=rule == "study", fit=rule == "study")
+                        racing=rule == "study", fit=rule == "study",
+                        steps=table.meta["steps"])
     store = Store.open("sqlite://")
-    launcher = Counting(TableLauncher(table, catalog, seed=seed), timed)
+    replay = TableLauncher(table, catalog, seed=seed, long_after=table.meta["steps"])
+    launcher = Counting(replay, timed)
     runner = StudyRunner(plan, store, launcher, optuna.storages.InMemoryStorage())
     try:
         runner.run()
@@ -160,8 +169,9 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
     answer = Answer(_trace(table, searched, catalog, rule), timed=launcher.timed)
     if confirm:
         launcher.goal = math.inf  # confirmation is not part of the search's budget
-        runner.confirm(CONFIRM_TOP, CONFIRM_REPEATS, cap=CONFIRM_MAX)
+        runner.confirm(CONFIRM_TOP, CONFIRM_REPEATS, cap=CONFIRM_MAX, steps=CONFIRM_STEPS)
         _judge(answer, table, store.runs(plan.name), catalog)
+        answer.served = dict(replay.served)
     store.close()
     return answer
 

@@ -124,14 +124,18 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float
     """A row's figures at one checkpoint: the search's `within` (share of seeds whose
     incumbent after `budget` timed processes is truly within 1/2/5% of the best), then
     what the user got after confirmation (`outcome.summary`: captured gain, slower,
-    right, device-seconds with confirmation) and the median processes the search timed."""
+    right, device-seconds with confirmation), the median processes the search timed, and
+    `served`: the confirmation processes longer than the table's runs, over every seed, by
+    how the replay served them ("long": one recorded run of that length; "joined": runs
+    joined end to end, kinder than a real long process: `TableLauncher._long`)."""
     within = {f"{w:.0%}": sum(a.trace.at(budget) <= best * (1 + w) for a in answers)
               / len(answers) for w in WITHIN}
     found = outcome.summary([a.true_ratio for a in answers],
                             [a.device_seconds for a in answers], defaults, best,
                             [a.recommended == "" for a in answers])
+    served = {kind: sum(a.served.get(kind, 0) for a in answers) for kind in ("long", "joined")}
     return {"within": within, **found,
-            "timed": statistics.median(a.timed for a in answers)}
+            "timed": statistics.median(a.timed for a in answers), "served": served}
 
 
 def _row(name: str, traces: list[Trace], best: float) -> str:
