@@ -621,7 +621,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
         beside_random = {"matching"} if entry["sampler"] != "random" else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
                               "captured_gain", "slower", "right", "kept", "sound", "timed",
-                              "of_oracle"} | beside_random
+                              "of_oracle", "served"} | beside_random
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
             assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
         assert set(entry["within"]) == {"1%", "2%", "5%"}
