@@ -182,6 +182,15 @@ class ReplayTable:
         program = self.programs.get(key)
         return ("program", program) if program else ("configuration", key)
 
+    def program_runs(self, key: str, long: bool = False) -> list[Mapping[str, Any]]:
+        """The recorded runs of every configuration compiled to `key`'s program (without a
+        fingerprint, the configuration's own): its ordinary runs, or with `long` its runs
+        of confirmation length."""
+        program = self.programs.get(key)
+        members = [key] if program is None else self.members(program)
+        recorded = self.long_runs if long else self.runs
+        return [run for k in members for run in recorded.get(k, ())]
+
     def members(self, program: str) -> list[str]:
         """The keys of the configurations compiled to `program`, sorted."""
         return self._members.get(program, [])
@@ -279,19 +288,13 @@ class TableLauncher(Launcher):
         pool = ("program", program) if program else ("configuration", key)
         stack = self._rounds.setdefault((source, *pool), [])
         if not stack:
-            members = [key] if program is None else self.table.members(program)
-            recorded = getattr(self.table, source)
-            stack.extend(run for k in members for run in recorded.get(k, ()))
+            stack.extend(self.table.program_runs(key, long=source == "long_runs"))
             self.rng.shuffle(stack)
         return stack.pop()
 
     def _has_long(self, key: str) -> bool:
         """The program has runs of confirmation length from the table's kind of machine."""
-        if not self.table.long_comparable:
-            return False
-        program = self.table.programs.get(key)
-        members = [key] if program is None else self.table.members(program)
-        return any(self.table.long_runs.get(k) for k in members)
+        return self.table.long_comparable and bool(self.table.program_runs(key, long=True))
 
     def _long(self, key: str, steps: int) -> Mapping[str, Any]:
         """A process of `steps` steps: the program's runs of confirmation length where the

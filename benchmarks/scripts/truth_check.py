@@ -46,13 +46,6 @@ def estimate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             "processes": len(good)}
 
 
-def _program_runs(table, key: str, source: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The runs in `source` of every configuration compiled to `key`'s program."""
-    program = table.programs.get(key)
-    members = [key] if program is None else table.members(program)
-    return [run for k in members for run in source.get(k, ())]
-
-
 def check(path: Path) -> dict[str, Any]:
     """One table's defaults and, per program with long runs, its short and long estimates."""
     table, _, _ = loaded(str(path))
@@ -63,15 +56,15 @@ def check(path: Path) -> dict[str, Any]:
             continue
         seen.add(program)
         rows.append({"configuration": key,
-                     "short": estimate(_program_runs(table, key, table.runs)),
-                     "long": estimate(_program_runs(table, key, table.long_runs))})
+                     "short": estimate(table.program_runs(key)),
+                     "long": estimate(table.program_runs(key, long=True))})
     records = table.meta.get("long", [])
     return {"table": path.name, "steps": table.meta["steps"],
             "long_steps": max((r["steps"] for r in records), default=None),
             "vector_isa": (table.meta.get("made_on") or {}).get("vector_isa"),
             "long_vector_isa": sorted({str(r.get("vector_isa")) for r in records}),
             "comparable": table.long_comparable,
-            "defaults": estimate(_program_runs(table, "", table.runs)), "programs": rows}
+            "defaults": estimate(table.program_runs("")), "programs": rows}
 
 
 def _text(found: dict[str, Any] | None, defaults: dict[str, Any] | None) -> str:
