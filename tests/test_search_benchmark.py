@@ -201,11 +201,36 @@ def test_a_constant_is_picked_on_the_other_tables_only():
     # a wins on table one, b on tables two and three: left out, each is judged by the rest
     scores = {a: {"one": (1.0, 0.9, -5.0), "two": (0.0, 0.0, -5.0), "three": (0.4, 0.0, -5.0)},
               b: {"one": (0.0, 0.0, -5.0), "two": (0.5, 0.5, -5.0), "three": (0.5, 0.1, -5.0)}}
-    assert loo.pick(scores, "one") == b
-    assert loo.pick(scores, "two") == a  # 1.4 sound on one and three, against b's 0.5
+    each = {"one": "one", "two": "two", "three": "three"}
+    assert loo.pick(scores, each, "one") == b
+    assert loo.pick(scores, each, "two") == a  # 1.4 sound on one and three, against b's 0.5
+    # "two" and "three" one workload: left out together, only "one" chooses, so a
+    assert loo.pick(scores, {"one": "one", "two": "w", "three": "w"}, "w") == a
+    with pytest.raises(ValueError, match="nothing to choose on"):
+        loo.pick(scores, dict.fromkeys(each, "w"), "w")
+    # a workload counts once however many tables it has: its tables' mean score
+    scores[a]["four"], scores[b]["four"] = (0.0, 0.0, -5.0), (0.5, 0.0, -5.0)
+    # as tables, b sums 1.5 sound against a's 1.4; with "two" and "three" one workload
+    # (their mean), a has 1.0 + 0.2 + 0.0 = 1.2 against b's 0.0 + 0.5 + 0.5 = 1.0
+    two_sizes = {"one": "one", "two": "two", "three": "two", "four": "four"}
+    assert loo.pick(scores, two_sizes, "none") == a
     # the bar, not the share right: a table without a gain worth having wants the defaults
     figures = {"right": 0.9, "sound": 0.5, "captured_gain": None, "device_seconds": 3.0}
     assert loo.score(figures) == (0.5, 0.0, -3.0)
+
+
+def test_a_workload_is_its_benchmark_so_its_sizes_and_devices_are_left_out_together():
+    from autotune.launch.replay import ReplayTable
+
+    loo = script("leave_one_out")
+    names = {p.name: loo.workload_of(ReplayTable.load(str(p)).meta)
+             for p in script("replay_study").committed_tables()}
+    norm_act = {n for n, w in names.items() if w == "norm-act"}
+    assert {"norm-act-small.json", "norm-act-tiny.json.gz", "norm-act-small-avx512.json.gz",
+            "norm-act-batch-small.json.gz"} <= norm_act
+    assert names["attention-small.json.gz"] == names["attention-small-gpu.json.gz"]
+    assert names["lj-md-tiny.json.gz"] == names["lj-md-small.json.gz"]
+    assert names["lj-md-tiny.json.gz"] != names["conv-small.json.gz"]
 
 
 def test_a_patched_constant_holds_for_the_study_and_is_restored():
@@ -235,8 +260,10 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
     assert [t["table"] for t in doc["tables"]] == ["norm-act-small.json", "mlp-dp-small.json"]
+    assert [t["workload"] for t in doc["tables"]] == ["norm-act", "mlp-dp"]
     for row in doc["tables"]:
-        assert set(row) == {"table", "pick", "left_out", "shipped", "oracle", "of_oracle"}
+        assert set(row) == {"table", "workload", "pick", "left_out", "shipped", "oracle",
+                            "of_oracle"}
         assert row["pick"]["autotune.results.evidence:BACKED_BY"] in (2, 3)
         assert row["pick"]["replay_study:CONFIRM_MAX"] == 8
         assert 0 <= row["left_out"]["right"] <= 1 and 0 <= row["oracle"]["right"] <= 1
@@ -244,6 +271,10 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     bad = subprocess.run(args[:2] + [str(NORM_ACT), "--tune", "x=1"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr
+    one = subprocess.run(args[:2] + [str(NORM_ACT), str(ROOT / "benchmarks/tables/norm-act-tiny"
+                                                         ".json.gz"), "--tune", "m:X=1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert one.returncode == 2 and "at least two workloads" in one.stderr
 
 
 @pytest.mark.slow

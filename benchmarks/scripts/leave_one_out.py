@@ -8,11 +8,16 @@
 Held-out seeds are not held-out workloads: a constant chosen on a table's seeds
 and reported on the same table's other seeds has still seen that workload. So
 for each table T (every table in `benchmarks/tables/` by default), every
-combination of the `--tune` values is scored on the *other* tables (their
-`--choose-seeds`), the best combination is picked, and only then is it run on
-T, on `--report-seeds`, disjoint from the choose seeds. The figure printed for
-T is the left-out figure; beside it, what autotune ships (the constants as the
-code has them) on the same seeds, and the oracle's limit (`outcome.py`).
+combination of the `--tune` values is scored on the tables of *other workloads*
+(their `--choose-seeds`; each workload's score the mean over its tables), the
+best combination is picked, and only then is it run on T, on `--report-seeds`,
+disjoint from the choose seeds. A workload is a table's `benchmark`
+(`workload_of`): norm-act's tables of every preset and CPU with its batch
+sibling, lj-md's, and attention's CPU and GPU tables are each one workload,
+left out together, since a constant chosen on norm-act small has seen norm-act
+tiny. The figure printed for T is the left-out figure; beside it, what autotune
+ships (the constants as the code has them) on the same seeds, and the oracle's
+limit (`outcome.py`).
 
 Each study is the user's (`replay_study.py`): planned with `--trials B` (the
 `--budget`, default 40), stopped after B timed processes, confirmed as
@@ -33,7 +38,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +56,18 @@ from replay_study import (  # noqa: E402
 from search_efficiency import figures_at  # noqa: E402
 
 CHOOSE_SEEDS, REPORT_SEEDS = "0-9", "1000-1019"
+
+SIBLINGS = {"norm-act-batch": "norm-act"}
+"""Corpus workloads that are another's computation at another size, by benchmark name:
+`benchmarks/corpus/norm-act-batch.py` is the built-in norm-act step at four times its
+batch."""
+
+
+def workload_of(meta: Mapping[str, Any]) -> str:
+    """The workload a recorded table measures (`meta`: the table's own keys, `ReplayTable.meta`):
+    its benchmark, or the one it is a sibling of."""
+    name = str(meta["benchmark"])
+    return SIBLINGS.get(name, name)
 
 
 def parse_tune(text: str) -> list[Setting]:
@@ -79,13 +96,26 @@ def score(figures: dict[str, Any]) -> tuple[float, float, float]:
     return figures["sound"], gain, -figures["device_seconds"]
 
 
-def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]], left_out: str
-         ) -> tuple[Setting, ...]:
-    """The combination with the best score summed over every table but `left_out` (ties:
-    the first in the order the combinations were given)."""
+def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]],
+         workloads: Mapping[str, str], left_out: str) -> tuple[Setting, ...]:
+    """The combination with the best score over every workload but `left_out` (`workloads`:
+    each table's workload). A workload's score is the mean over its tables, so a workload
+    recorded at three sizes weighs as much as one recorded once; the workloads' scores
+    are summed. Ties: the first in the order the combinations were given.
+
+    Raises:
+        ValueError: every table belongs to `left_out`, so nothing is left to choose on.
+    """
+    kept = sorted({w for w in workloads.values() if w != left_out})
+    if not kept:
+        raise ValueError("every table belongs to the workload left out: nothing to choose on")
+
     def total(combo: tuple[Setting, ...]) -> tuple[float, ...]:
-        rows = [s for table, s in scores[combo].items() if table != left_out]
-        return tuple(sum(column) for column in zip(*rows, strict=True))
+        means = []
+        for workload in kept:
+            rows = [s for table, s in scores[combo].items() if workloads[table] == workload]
+            means.append([sum(column) / len(rows) for column in zip(*rows, strict=True)])
+        return tuple(sum(column) for column in zip(*means, strict=True))
 
     return max(scores, key=total)
 
@@ -95,8 +125,10 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
     """Per table: the pick made without it and the left-out figures (see the module)."""
     combos = list(itertools.product(*tunes))
     scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]] = {c: {} for c in combos}
+    workloads: dict[str, str] = {}
     for path in tables:
         table, _, _ = loaded(str(path))
+        workloads[path.name] = workload_of(table.meta)
         defaults, best = outcome.truths(table)
         for combo in combos:
             answers = runner.answers(path, sampler, choose, budget, settings=combo)
@@ -105,14 +137,16 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
     for path in tables:
         table, _, _ = loaded(str(path))
         defaults, best = outcome.truths(table)
-        chosen = pick(scores, path.name)
+        workload = workloads[path.name]
+        chosen = pick(scores, workloads, workload)
         left = figures_at(runner.answers(path, sampler, report, budget, settings=chosen),
                           budget, best, defaults)
         shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
                              defaults)
         limit = outcome.oracle(table, [budget + confirm_budget(chosen)] * len(report),
                                report)
-        out.append({"table": path.name, "pick": {f"{m}:{a}": v for m, a, v in chosen},
+        out.append({"table": path.name, "workload": workload,
+                    "pick": {f"{m}:{a}": v for m, a, v in chosen},
                     "left_out": left, "shipped": shipped, "oracle": limit,
                     "of_oracle": outcome.of_oracle(left, limit)})
     return out
@@ -147,8 +181,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(exc))
     if set(choose) & set(report):
         parser.error("--choose-seeds and --report-seeds must be disjoint")
-    if len(args.tables) < 2:
-        parser.error("leaving one table out needs at least two tables")
+    if len({workload_of(loaded(str(path))[0].meta) for path in args.tables}) < 2:
+        parser.error("leaving one workload out needs tables of at least two workloads")
     runner = Runner(max(1, args.jobs))
     try:
         found = run(args.tables, tunes, args.budget, args.sampler, choose, report, runner)
@@ -159,11 +193,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                           "choose_seeds": seeds_text(choose), "report_seeds": seeds_text(report),
                           "tables": found}, indent=1))
         return
-    print(f"each table left out: the pick scored on the others' choose seeds "
+    print(f"each workload left out: the pick scored on the other workloads' choose seeds "
           f"{seeds_text(choose)}, reported on its report seeds {seeds_text(report)}; "
           f"--trials {args.budget}, sampler {args.sampler}, then the default confirmation")
     for row in found:
-        print(f"{row['table']}: pick {row['pick']}")
+        print(f"{row['table']} ({row['workload']}): pick {row['pick']}")
         for name in ("left_out", "shipped", "oracle"):
             print(_line(name, row[name]))
         served = row["left_out"].get("served") or {}

@@ -55,7 +55,9 @@ PAIRS = (("lj-md-small.json.gz", "lj-md-tiny.json.gz"),
          ("norm-act-small.json", "norm-residual-small.json.gz"),
          ("attention-small.json.gz", "transformer-small.json"),
          ("gated-mlp-small.json.gz", "mlp-dp-small.json"),
-         ("norm-act-small-avx512.json.gz", "norm-act-batch-small.json.gz"))
+         ("norm-act-small-avx512.json.gz", "norm-act-batch-small.json.gz"),
+         # one workload at two presets, both tables recorded on one machine (AVX2)
+         ("norm-act-small-avx2.json.gz", "norm-act-tiny-avx2.json.gz"))
 SIBLING_TRIALS = 40
 REPORT_SEEDS = "1000-1019"
 
