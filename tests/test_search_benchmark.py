@@ -98,6 +98,35 @@ def test_the_oracle_confirms_the_best_program_where_its_processes_can(tmp_path):
     assert outcome.oracle_answer(lucky, 3, seed=1)[::2] == (pytest.approx(1.0), True)
 
 
+def test_a_gain_is_worth_having_where_long_runs_of_its_own_cpu_bear_it_out(tmp_path):
+    """`worth_having`: the table's truth must promise `WORTH` (3%), and where the best
+    program has runs of confirmation length from the table's own kind of CPU, those must
+    show it too; runs from another CPU do not count, and `summary` judges `sound` by it."""
+    outcome = script("outcome")
+
+    def with_long(best: list[float], long_ratio: float | None, long_isa: str) -> ReplayTable:
+        path = _table(tmp_path, best).path
+        doc = json.loads(path.read_text())
+        doc["made_on"] = {"vector_isa": "avx2"}
+        if long_ratio is not None:
+            doc["long"] = [{"steps": 90, "vector_isa": long_isa}]
+            doc["entries"][1]["long_runs"] = [
+                {"status": "ok", "step_times_s": [0.01 * long_ratio] * 90,
+                 "baseline_step_times_s": [0.01] * 90}] * 3
+        path.write_text(json.dumps(doc))
+        return ReplayTable.load(path)
+
+    assert outcome.worth_having(with_long([0.95] * 3, None, "avx2"))  # no long runs
+    assert outcome.worth_having(with_long([0.95] * 3, 0.96, "avx2"))  # borne out
+    assert not outcome.worth_having(with_long([0.95] * 3, 1.01, "avx2"))  # not borne out
+    assert outcome.worth_having(with_long([0.95] * 3, 1.01, "avx512"))  # another CPU's runs
+    assert not outcome.worth_having(with_long([0.98] * 3, 0.90, "avx2"))  # 2% is not 3%
+    kept = outcome.summary([0.95, 1.0], [1.0] * 2, 1.0, 0.95, [False, True], worth=False)
+    assert kept["right"] == 0.5 and kept["sound"] == 0.5 and \
+        outcome.summary([0.95, 0.95], [1.0] * 2, 1.0, 0.95, [False] * 2, worth=False)[
+            "sound"] == 0
+
+
 def test_a_methods_figures_are_fractions_of_the_oracles():
     outcome = script("outcome")
     mine = {"captured_gain": {"median": 0.6, "p10": 0.1}, "right": 0.5}
@@ -247,6 +276,46 @@ def test_a_patched_constant_holds_for_the_study_and_is_restored():
     assert evidence.BACKED_BY == shipped
 
 
+def test_a_replayed_study_answers_the_same_with_its_ratios_remembered(monkeypatch):
+    """`memoised_ratios` only saves time: every module's `paired_ratio` then remembers its
+    answers, and a seeded study's answer (trace, recommendation, truth, device-seconds)
+    is the one it gave without."""
+    import importlib
+
+    study = script("replay_study")
+    names = ("autotune.rules.stats", "autotune.results.confirmation",
+             "autotune.results.evidence", "autotune.results.shrink")
+    modules = [importlib.import_module(name) for name in names]
+    for module in modules:  # restored after the test
+        monkeypatch.setattr(module, "paired_ratio", module.paired_ratio)
+    table = ReplayTable.load(NORM_ACT)
+    space = load_space(str(ROOT / table.meta["space"]))
+    plain = study.run_study(table, space, "auto", 1001, 10, load_catalog(), confirm=True)
+    study.memoised_ratios()
+    assert all(getattr(m.paired_ratio, "memoised", False) for m in modules)
+    remembered = study.run_study(table, space, "auto", 1001, 10, load_catalog(),
+                                 confirm=True)
+    assert remembered == plain and remembered.recommended is not None
+
+
+def test_a_runner_runs_each_study_once_and_a_shipped_value_counts_as_unset(monkeypatch):
+    """Leave-one-out asks for the shipped constants' studies again (the pick is often
+    what ships): the runner answers from the studies it ran, and runs only new ones."""
+    import autotune.results.evidence as evidence
+
+    study = script("replay_study")
+    ran: list[tuple] = []
+    monkeypatch.setattr(study, "_answer_job", lambda job: ran.append(job) or job[2])
+    runner = study.Runner(1)
+    assert runner.answers(NORM_ACT, "auto", [1, 2], 10) == [1, 2]
+    same = [("autotune.results.evidence", "BACKED_BY", evidence.BACKED_BY)]
+    assert runner.answers(NORM_ACT, "auto", [2, 3, 3], 10, settings=same) == [2, 3, 3]
+    assert [job[2] for job in ran] == [1, 2, 3] and all(job[4] == () for job in ran)
+    other = [("autotune.results.evidence", "BACKED_BY", evidence.BACKED_BY + 1)]
+    assert runner.answers(NORM_ACT, "auto", [2], 10, settings=other) == [2]
+    assert ran[-1][4] == tuple(other) and len(ran) == 4
+
+
 @pytest.mark.slow
 def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     import subprocess
@@ -268,6 +337,8 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
         assert row["pick"]["replay_study:CONFIRM_MAX"] == 8
         assert 0 <= row["left_out"]["right"] <= 1 and 0 <= row["oracle"]["right"] <= 1
         assert row["left_out"]["device_seconds"] > 0
+    # progress on standard error, one line per table and phase; standard output is the JSON
+    assert "reporting: mlp-dp-small.json (2/2), 2 seeds" in done.stderr
     bad = subprocess.run(args[:2] + [str(NORM_ACT), "--tune", "x=1"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr

@@ -126,23 +126,29 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
     combos = list(itertools.product(*tunes))
     scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]] = {c: {} for c in combos}
     workloads: dict[str, str] = {}
-    for path in tables:
+    for i, path in enumerate(tables, start=1):
+        _progress(f"choosing: {path.name} ({i}/{len(tables)}), {len(combos)} combinations "
+                  f"x {len(choose)} seeds")
         table, _, _ = loaded(str(path))
         workloads[path.name] = workload_of(table.meta)
         defaults, best = outcome.truths(table)
+        worth = outcome.worth_having(table)
         for combo in combos:
             answers = runner.answers(path, sampler, choose, budget, settings=combo)
-            scores[combo][path.name] = score(figures_at(answers, budget, best, defaults))
+            scores[combo][path.name] = score(figures_at(answers, budget, best, defaults,
+                                                        worth))
     out = []
-    for path in tables:
+    for i, path in enumerate(tables, start=1):
+        _progress(f"reporting: {path.name} ({i}/{len(tables)}), {len(report)} seeds")
         table, _, _ = loaded(str(path))
         defaults, best = outcome.truths(table)
+        worth = outcome.worth_having(table)
         workload = workloads[path.name]
         chosen = pick(scores, workloads, workload)
         left = figures_at(runner.answers(path, sampler, report, budget, settings=chosen),
-                          budget, best, defaults)
+                          budget, best, defaults, worth)
         shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
-                             defaults)
+                             defaults, worth)
         limit = outcome.oracle(table, [budget + confirm_budget(chosen)] * len(report),
                                report)
         out.append({"table": path.name, "workload": workload,
@@ -150,6 +156,11 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
                     "left_out": left, "shipped": shipped, "oracle": limit,
                     "of_oracle": outcome.of_oracle(left, limit)})
     return out
+
+
+def _progress(text: str) -> None:
+    """One line of progress on standard error (standard output keeps the report)."""
+    print(f"leave_one_out: {text}", file=sys.stderr, flush=True)
 
 
 def _line(name: str, figures: dict[str, Any]) -> str:

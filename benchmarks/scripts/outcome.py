@@ -16,7 +16,9 @@ of a configuration's program), never by what the study itself measured:
   worth confirming should give on nearly every seed).
 - **sound**: the answer a user should get: on a table whose optimum is at least
   `WORTH` (3%, the least gain worth having on these machines) faster than the
-  defaults, a right recommendation; on any other table, the defaults kept.
+  defaults (`worth_having`: by the table's truth, and by the best program's runs of
+  confirmation length where the table has them from its own kind of CPU), a right
+  recommendation; on any other table, the defaults kept.
 
 The **oracle** knows which program is truly the best (more than any method
 can know: compiles free, and every configuration's program and true ratio
@@ -61,15 +63,46 @@ def captured_gain(defaults: float, optimum: float, found: float | None) -> float
     return (defaults - (defaults if found is None else found)) / (defaults - optimum)
 
 
+def worth_having(table) -> bool:
+    """Whether the table's optimum is truly at least `WORTH` faster than its defaults.
+
+    By the table's truth (its short processes), and, where the table has runs of
+    confirmation length of that best program recorded on its own kind of CPU
+    (`ReplayTable.long_comparable`, `record_table.py --long-for`), by those too: their
+    paired ratio must also lie at or below 1 - `WORTH`. The short truth's optimum is the
+    lowest of some 30-160 noisy medians, so on a workload of tiny steps it can promise a
+    gain that longer processes of the same program do not show (norm-act tiny on AVX2:
+    0.969 in 15 steps, 1.016 in 160); there the defaults are the answer a user should get.
+    """
+    from autotune.rules.stats import paired_ratio
+
+    defaults, optimum = truths(table)
+    if defaults - optimum < WORTH * defaults:
+        return False
+    if not table.long_comparable:
+        return True
+    runs = [r for r in table.program_runs(best_program_key(table), long=True)
+            if r.get("status", "ok") == "ok" and r.get("step_times_s")]
+    if not runs:
+        return True
+    found = paired_ratio([r["step_times_s"] for r in runs],
+                         [r["baseline_step_times_s"] for r in runs])
+    return found.ratio <= 1 - WORTH
+
+
 def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: float,
-            optimum: float, kept: Sequence[bool]) -> dict[str, Any]:
+            optimum: float, kept: Sequence[bool], worth: bool | None = None
+            ) -> dict[str, Any]:
     """The user's figures over seeds: `captured_gain` {median, p10} (None where the table
     offers no gain), `slower`, `right`, `kept` and `sound` (shares of seeds) and `device_seconds`
     (median), for answers whose true ratios are `found` (None: no truth, counted as the
-    defaults) and which recommended XLA's defaults where `kept`."""
+    defaults) and which recommended XLA's defaults where `kept`. `worth`: whether the table
+    offers a gain worth having (`worth_having`); None: by `defaults` and `optimum` alone."""
     ratios = [defaults if f is None else f for f in found]
     right = [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
-    sound = right if defaults - optimum >= WORTH * defaults else list(kept)
+    if worth is None:
+        worth = defaults - optimum >= WORTH * defaults
+    sound = right if worth else list(kept)
     gains = [captured_gain(defaults, optimum, r) for r in ratios]
     known = [g for g in gains if g is not None]
     return {
@@ -138,7 +171,7 @@ def oracle(table, processes: Sequence[int], seeds: Sequence[int]) -> dict[str, A
     defaults, optimum = truths(table)
     answers = [oracle_answer(table, n, seed) for n, seed in zip(processes, seeds, strict=True)]
     return summary([a for a, _, _ in answers], [s for _, s, _ in answers], defaults, optimum,
-                   [k for _, _, k in answers])
+                   [k for _, _, k in answers], worth_having(table))
 
 
 def of_oracle(figures: dict[str, Any], limit: dict[str, Any]) -> dict[str, float | None]:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -264,10 +264,48 @@ def patched(settings: Sequence[Setting]) -> Iterator[None]:
             setattr(module, attribute, value)
 
 
+def memoised_ratios() -> None:
+    """Make every `autotune` module that bound `autotune.rules.stats.paired_ratio` call one
+    that remembers its answers (in this process, 4096 of them), so that a replayed study
+    pays once for each bootstrap.
+
+    `paired_ratio` is a pure function of its step times (its resampling is seeded), and
+    sequential confirmation asks it again, each round, for every target whose processes
+    did not change: a real study pays milliseconds for that beside processes of seconds,
+    a replayed one most of its time. The answers are the same; only the time changes.
+    """
+    import importlib
+
+    from autotune.rules import stats
+
+    original = stats.paired_ratio
+    if getattr(original, "memoised", False):
+        return
+
+    @lru_cache(maxsize=4096)
+    def remembered(candidate: tuple[tuple[float, ...], ...],
+                   baseline: tuple[tuple[float, ...], ...], options: tuple[Any, ...]) -> Any:
+        return original(candidate, baseline, **dict(options))
+
+    def paired_ratio(candidate: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]],
+                     **options: Any) -> Any:
+        return remembered(tuple(map(tuple, candidate)), tuple(map(tuple, baseline)),
+                          tuple(sorted(options.items())))
+
+    paired_ratio.memoised = True  # type: ignore[attr-defined]
+    for name in ("autotune.rules.stats", "autotune.results.confirmation",
+                 "autotune.results.evidence", "autotune.results.shrink",
+                 "autotune.results.pgle", "autotune.study.trials"):
+        module = importlib.import_module(name)
+        if getattr(module, "paired_ratio", None) is original:
+            module.paired_ratio = paired_ratio  # type: ignore[attr-defined]
+
+
 def _answer_job(job: tuple[str, str, int, int, tuple[Setting, ...], str, bool, int | None]
                 ) -> Answer:
     """One study of a job (table path, sampler, seed, timed processes, settings, rule,
     confirm, planned trials or None)."""
+    memoised_ratios()
     path, sampler, seed, timed, settings, rule, confirm, trials = job
     table, space, catalog = loaded(path)
     with patched(settings):
@@ -275,20 +313,38 @@ def _answer_job(job: tuple[str, str, int, int, tuple[Setting, ...], str, bool, i
                          trials=trials, confirm=confirm)
 
 
+def _shipped(setting: Setting) -> bool:
+    """Whether the constant already has this value as the code ships it."""
+    import importlib
+
+    module, attribute, value = setting
+    current = getattr(importlib.import_module(module), attribute)
+    return type(current) is type(value) and current == value
+
+
 class Runner:
     """Runs studies in `jobs` processes (in this one for 1), results in order."""
 
     def __init__(self, jobs: int) -> None:
         self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+        self._done: dict[tuple[Any, ...], Answer] = {}
 
     def answers(self, path: Path, sampler: str, seeds: Sequence[int], timed: int, *,
                 settings: Sequence[Setting] = (), rule: str = "study", confirm: bool = True,
                 trials: int | None = None) -> list[Answer]:
-        """One answer per seed (see `run_study`), with the constants `settings` set."""
-        jobs = [(str(path), sampler, seed, timed, tuple(settings), rule, confirm, trials)
+        """One answer per seed (see `run_study`), with the constants `settings` set.
+
+        A study is run once per runner: asked again (the same table, seed and
+        settings, a setting that equals the shipped value counting as unset), the
+        answer already found is returned, since a seeded study is deterministic.
+        """
+        changed = tuple(s for s in settings if not _shipped(s))
+        jobs = [(str(path), sampler, seed, timed, changed, rule, confirm, trials)
                 for seed in seeds]
-        done = self.pool.map(_answer_job, jobs) if self.pool else map(_answer_job, jobs)
-        return list(done)
+        new = [job for job in dict.fromkeys(jobs) if job not in self._done]
+        done = self.pool.map(_answer_job, new) if self.pool else map(_answer_job, new)
+        self._done.update(zip(new, done, strict=True))
+        return [self._done[job] for job in jobs]
 
     def traces(self, path: Path, sampler: str, seeds: Sequence[int], timed: int,
                startup: int | None = None, rule: str = "study") -> list[Trace]:

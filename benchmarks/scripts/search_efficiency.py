@@ -119,12 +119,13 @@ def checkpoints(trials: int) -> list[int]:
     return [n for n in CHECKPOINTS if n < trials] + [trials]
 
 
-def figures_at(answers: list[Answer], budget: int, best: float, defaults: float
-               ) -> dict[str, Any]:
+def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
+               worth: bool | None = None) -> dict[str, Any]:
     """A row's figures at one checkpoint: the search's `within` (share of seeds whose
     incumbent after `budget` timed processes is truly within 1/2/5% of the best), then
     what the user got after confirmation (`outcome.summary`: captured gain, slower,
-    right, device-seconds with confirmation), the median processes the search timed, and
+    right, device-seconds with confirmation; `worth`: `outcome.worth_having` of the
+    table, None to judge by `best` and `defaults`), the median processes the search timed, and
     `served`: the confirmation processes longer than the table's runs, over every seed, by
     how the replay served them ("long": one recorded run of that length; "joined": runs
     joined end to end, kinder than a real long process: `TableLauncher._long`)."""
@@ -132,7 +133,7 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float
               / len(answers) for w in WITHIN}
     found = outcome.summary([a.true_ratio for a in answers],
                             [a.device_seconds for a in answers], defaults, best,
-                            [a.recommended == "" for a in answers])
+                            [a.recommended == "" for a in answers], worth)
     served = {kind: sum(a.served.get(kind, 0) for a in answers) for kind in ("long", "joined")}
     return {"within": within, **found,
             "timed": statistics.median(a.timed for a in answers), "served": served}
@@ -175,6 +176,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = loaded(str(path))
     defaults, best = outcome.truths(table)
+    worth = outcome.worth_having(table)
     _describe(table, space, path, best, say)
     structured = _structure(table, say)
     marks = checkpoints(trials)
@@ -196,7 +198,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     done: dict[tuple[str, str, int], list[Answer]] = {}
     for rule in rules:
         for sampler in samplers:
-            entry = _entry(path, sampler, rule, seeds, marks, runner, done, (best, defaults),
+            entry = _entry(path, sampler, rule, seeds, marks, runner, done, (best, defaults, worth),
                            space)
             for b in marks:
                 entry["of_oracle"][str(b)] = outcome.of_oracle(
@@ -227,12 +229,13 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
 
 def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
            runner: Runner, done: dict[tuple[str, str, int], list[Answer]],
-           truth: tuple[float, float], space) -> dict[str, Any]:
+           truth: tuple[float, float, bool], space) -> dict[str, Any]:
     """One row: the figures at each checkpoint, reusing the answers of the sampler `auto`
-    resolves to where that one was run already."""
+    resolves to where that one was run already (`truth`: the table's best and defaults'
+    true ratios and whether its gain is worth having, `outcome.worth_having`)."""
     from autotune.study.samplers import Objective, choose_sampler
 
-    best, defaults = truth
+    best, defaults, worth = truth
     entry: dict[str, Any] = {"sampler": sampler, "rule": rule, "resolved": {}, "within": {},
                              "of_oracle": {}}
     for b in marks:
@@ -241,7 +244,7 @@ def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[in
         entry["resolved"][str(b)] = same
         if (same, rule, b) not in done:
             done[same, rule, b] = runner.answers(path, same, seeds, b, rule=rule)
-        for key, value in figures_at(done[same, rule, b], b, best, defaults).items():
+        for key, value in figures_at(done[same, rule, b], b, best, defaults, worth).items():
             if key == "within":
                 for w, share in value.items():
                     entry["within"].setdefault(w, {})[str(b)] = share

@@ -43,6 +43,7 @@ from replay_study import (  # noqa: E402
     CONFIRM_REPEATS,
     CONFIRM_TOP,
     loaded,
+    memoised_ratios,
     parse_seeds,
     seeds_text,
 )
@@ -97,6 +98,7 @@ def one_seed(job: tuple[str, str, int, tuple[int, ...]]) -> dict[str, Any]:
     warm start at each budget (true ratios and device-seconds)."""
     from autotune.storage.store import Store
 
+    memoised_ratios()
     sibling, new, seed, budgets = job
     answers: dict[str, Any] = {"budgets": {}}
     with Store.open("sqlite://") as store:
@@ -125,6 +127,7 @@ def pair_report(sibling: str, new: str, seeds: list[int], budgets: list[int],
     else:
         done = [one_seed(job) for job in work]
     defaults, optimum = outcome.truths(loaded(str(TABLES / new))[0])
+    worth = outcome.worth_having(loaded(str(TABLES / new))[0])
     sib_defaults, sib_optimum = outcome.truths(loaded(str(TABLES / sibling))[0])
     report: dict[str, Any] = {
         "sibling": sibling, "new": new, "seeds": seeds_text(seeds),
@@ -141,7 +144,7 @@ def pair_report(sibling: str, new: str, seeds: list[int], budgets: list[int],
             got = [d["budgets"][str(budget)][kind] for d in done]
             row[kind] = outcome.summary([g["true_ratio"] for g in got],
                                         [g["device_seconds"] for g in got], defaults, optimum,
-                                        [g["kept"] for g in got])
+                                        [g["kept"] for g in got], worth)
             row[kind]["drew"] = statistics.median(g["drew"] for g in got)
         report["budgets"][str(budget)] = row
     return report
