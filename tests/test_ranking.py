@@ -973,6 +973,39 @@ def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics(
     assert sequential_next(unconfirmed.runs, _targets(unconfirmed), cap=16) is None
 
 
+def test_a_gain_confirmed_in_too_few_processes_is_measured_again_not_recommended(
+        monkeypatch):
+    """`MIN_PROCESSES`: two processes whose interval lies below 1 - `MIN_GAIN` are not
+    enough where the floor is three; the verdict says so, sequential confirmation
+    measures the configuration once more, and a third successful process recommends it.
+    A failed run does not count toward the floor."""
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91])
+    [target] = _targets(s)
+    two = Confirmations.of(s.runs).of_run(target)
+    assert two.recommendable and two.verdict() == "faster"  # the shipped floor: 1
+    single = Runs()
+    single.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(single, 1, {FAST: True}, 0.8, [0.90])
+    assert Confirmations.of(single.runs).of_run(_targets(single)[0]).recommendable
+    monkeypatch.setattr(confirmation, "MIN_PROCESSES", 3)
+    assert not two.recommendable and not two.worth_gain
+    assert two.verdict() == "faster in 2 processes, 3 needed"
+    assert confirmation.sequential_next(s.runs, [target], cap=16) is target
+    assert confirmation.sequential_next(s.runs, [target], cap=2) is None  # at the cap
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.CRASHED)
+    failed = Confirmations.of(s.runs).of_run(target)
+    assert failed.runs == 3 and not failed.recommendable  # two good runs of three
+    assert failed.verdict() == "faster in 2 processes, 3 needed"
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.92, 1.0))
+    three = Confirmations.of(s.runs).of_run(target)
+    assert three.recommendable and three.verdict() == "faster"
+    assert confirmation.sequential_next(s.runs, [target], cap=16) is None  # confirmed
+
+
 def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie():
     from autotune.results.confirmation import sequential_next
 

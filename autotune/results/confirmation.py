@@ -33,6 +33,15 @@ from autotune.rules.stats import RatioEstimate, paired_ratio, unpaired_ratio
 #: workload out (README, Search); read when used, so the benchmarks can set it.
 MIN_GAIN = 0.01
 
+#: The fewest successful fresh processes a configuration's confirmation must rest on before
+#: it is recommended. A bootstrap over two processes understates the noise between
+#: processes: two drawn from a program's fast tail confirm a gain it does not have (README,
+#: Warm start). Below it, sequential confirmation measures the configuration again. Read
+#: when used, so the benchmarks can set it. Leave one workload out picks 4 (README,
+#: Search); 1 (no floor beyond `--confirm-repeats`) is kept until the tests' fixtures,
+#: built on 2-3 confirmation processes, are rebuilt for it.
+MIN_PROCESSES = 1
+
 
 def worth_applying(estimate: RatioEstimate | None) -> bool:
     """The time ratio's whole interval lies below 1.0 and below 1 - `MIN_GAIN`: the rule
@@ -73,9 +82,15 @@ class Confirmation:
         return e is not None and not e.includes_one and e.ratio < 1
 
     @property
+    def enough_runs(self) -> bool:
+        """At least `MIN_PROCESSES` confirmation runs succeeded."""
+        return self.runs - self.failures >= MIN_PROCESSES
+
+    @property
     def worth_gain(self) -> bool:
-        """The whole interval lies below 1 - `MIN_GAIN`: a gain worth applying."""
-        return worth_applying(self.estimate)
+        """The whole interval lies below 1 - `MIN_GAIN`, over `enough_runs`: a gain worth
+        applying."""
+        return worth_applying(self.estimate) and self.enough_runs
 
     @property
     def recommendable(self) -> bool:
@@ -84,8 +99,9 @@ class Confirmation:
         return self.worth_gain and not self.same_program and self.numerics_failures == 0
 
     def verdict(self) -> str:
-        """'faster', 'slower', 'no measurable gain' (or 'failed'), or, for an interval below
-        1.0 that does not lie below 1 - `MIN_GAIN`, 'less than N% faster'."""
+        """'faster', 'slower', 'no measurable gain' (or 'failed'), 'faster in N processes,
+        M needed' (a gain worth applying over fewer than `MIN_PROCESSES`), or, for an
+        interval below 1.0 that does not lie below 1 - `MIN_GAIN`, 'less than N% faster'."""
         e = self.estimate
         if self.same_program:
             return "no measurable gain"
@@ -95,6 +111,8 @@ class Confirmation:
             return "no measurable gain"
         if e.ratio >= 1:
             return "slower"
+        if worth_applying(e) and not self.enough_runs:
+            return f"faster in {self.runs - self.failures} processes, {MIN_PROCESSES} needed"
         return "faster" if self.worth_gain else f"less than {MIN_GAIN:.1%} faster"
 
 
@@ -198,8 +216,9 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     """Which of `targets` (search runs) to measure once more in sequential confirmation, or
     None when confirmation is done.
 
-    A target is open while its interval does not lie wholly below 1 - `MIN_GAIN` (it is
-    not yet confirmed worth applying), its optimistic end promises more than
+    A target is open while its interval does not lie wholly below 1 - `MIN_GAIN` or rests
+    on fewer than `MIN_PROCESSES` processes (it is not yet confirmed worth applying), its
+    optimistic end promises more than
     `NOT_WORTH` and `MIN_GAIN`, no run broke the numerics guard, it has fewer than `cap`
     confirmation processes and it is not given up (`cannot_confirm_by` the cap). The open
     target with the best point estimate is measured next, as long as that estimate beats
@@ -218,7 +237,8 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
             continue
         if conf.recommendable:
             confirmed = min(confirmed, conf.estimate.ratio)
-        elif (conf.estimate.high >= 1 - MIN_GAIN and conf.estimate.low < floor
+        elif ((conf.estimate.high >= 1 - MIN_GAIN or not conf.enough_runs)
+              and conf.estimate.low < floor
               and conf.numerics_failures == 0 and conf.runs < cap
               and not cannot_confirm_by(conf.estimate, cap)):
             open_.append((conf.estimate.ratio, i, target))
