@@ -74,20 +74,15 @@ def worth_having(table) -> bool:
     gain that longer processes of the same program do not show (norm-act tiny on AVX2:
     0.969 in 15 steps, 1.016 in 160); there the defaults are the answer a user should get.
     """
-    from autotune.rules.stats import paired_ratio
+    from truth_check import estimate  # sibling script: the same estimate it prints
 
     defaults, optimum = truths(table)
     if defaults - optimum < WORTH * defaults:
         return False
     if not table.long_comparable:
         return True
-    runs = [r for r in table.program_runs(best_program_key(table), long=True)
-            if r.get("status", "ok") == "ok" and r.get("step_times_s")]
-    if not runs:
-        return True
-    found = paired_ratio([r["step_times_s"] for r in runs],
-                         [r["baseline_step_times_s"] for r in runs])
-    return found.ratio <= 1 - WORTH
+    found = estimate(table.program_runs(best_program_key(table), long=True))
+    return found is None or found["ratio"] <= 1 - WORTH
 
 
 def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: float,
