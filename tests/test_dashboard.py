@@ -46,7 +46,7 @@ def paired(ratio: float, fingerprint: str, n: int = 6) -> Measurement:
 
 def fill(store: Store, name: str, *, evil: bool = False, first: float = 0.8) -> None:
     """A study: baseline, three search trials (one with an HTML flag value and message),
-    a failure, and three confirmation rounds that make trial 1 confirmed faster (at 0.8;
+    a failure, and four confirmation rounds that make trial 1 confirmed faster (at 0.8;
     its search process at `first`)."""
     store.ensure_study(name, "cpu", "matmul", "tiny", 1, "paired")
     ok = OutcomeKind.OK
@@ -63,7 +63,7 @@ def fill(store: Store, name: str, *, evil: bool = False, first: float = 0.8) -> 
                                           stderr_tail=EVIL if evil else "log"))
     run(3, Role.SEARCH, {"xla_backend_optimization_level": 0},
         TrialOutcome(OutcomeKind.TIMEOUT, EVIL if evil else "timed out after 60 s"))
-    for _ in range(3):
+    for _ in range(4):
         run(1, Role.CONFIRM, {FAST: True}, TrialOutcome(ok, "", paired(0.8, "fast")))
 
 
@@ -123,11 +123,11 @@ def test_every_run_is_reachable_page_by_page_and_by_filter(tmp_path: Path):
                              ratio=0.99, env_key="host-a")
     with TestClient(create_app(Store.open(url, upgrade=False), refresh_s=0)) as c:
         first = c.get("/api/runs/big").json()
-        assert (first["total"], first["matched"], first["pages"]) == (257, 257, 3)
+        assert (first["total"], first["matched"], first["pages"]) == (258, 258, 3)
         assert [r["trial"] for r in first["rows"][:4]] == [0, 1, 2, 3]
         last = c.get("/api/runs/big?page=9").json()  # clamped to the last page
         assert last["page"] == 3 and [r["trial"] for r in last["rows"]][-1] == 253
-        assert len(last["rows"]) == 57
+        assert len(last["rows"]) == 58
         with Store.open(url, upgrade=False) as store:
             from autotune.results.table import trial_rows
             assert c.get("/api/runs/big?page=3").json()["rows"] == json.loads(
@@ -140,13 +140,13 @@ def test_every_run_is_reachable_page_by_page_and_by_filter(tmp_path: Path):
         fast = c.get(f"/api/runs/big?flag={FAST}=true").json()
         assert {r["trial"] for r in fast["rows"]} == {1}
         html = c.get("/runs/big?outcome=ok&page=2").text
-        assert "206 of 257 runs, page 2 of 3." in html
+        assert "207 of 258 runs, page 2 of 3." in html
         assert '<a href="/study/big/trial/151">151</a>' in html
         assert 'href="?outcome=ok&amp;page=3"' in html  # the pages keep the filter
         assert "<option value=\"pruned\">pruned (50)</option>" in html
         study = c.get("/study/big").text
         assert "1 failed runs, 50 stopped by a rule" in study  # the timeout; pruned apart
-        assert '<a id="all-runs" href="/runs/big">all 257 runs</a>' in study
+        assert '<a id="all-runs" href="/runs/big">all 258 runs</a>' in study
         assert c.get("/api/runs/big?page=x").status_code == 404
         assert c.get("/runs/nothing").status_code == 404
 
@@ -156,7 +156,7 @@ def test_a_trial_page_shows_flags_env_steps_memory_collectives_and_logs(client: 
     assert '<code id="xla-flags">--xla_cpu_enable_fast_math=true</code>' in html
     assert "64.5 KiB (from memory_analysis)" in html
     assert '<span class="stat">all-reduce: 2</span>' in html
-    assert html.count('class="chart steps"') == 4  # the search run and three confirm runs
+    assert html.count('class="chart steps"') == 5  # the search run and four confirm runs
     data = client.get("/api/study/s/trial/1").json()
     assert len(data["runs"][0]["baseline_step_times_s"]) == 6
 
@@ -503,9 +503,9 @@ def test_every_view_tells_one_story(tmp_path: Path):
     assert [r["rank"] for r in rows] == [None, 1, 2]
     lead = rows[1]
     assert lead["search_speedup"] == pytest.approx(1 / 0.7)  # its own first process
-    assert lead["observations"] == 4 and lead["pooled_speedup"] == pytest.approx(1.25)
+    assert lead["observations"] == 5 and lead["pooled_speedup"] == pytest.approx(1.25)
     searched = search_text(lead)
-    assert searched == "×1.250 n=4"
+    assert searched == "×1.250 n=5"
     low, high = lead["confirmed_interval"]
     confirmed = f"×{lead['confirmed_speedup']:.3f} [{low:.3f}, {high:.3f}]"
     assert "×1.429" not in invoke("best", "one", "--storage", url, cwd=tmp_path).output

@@ -253,16 +253,16 @@ def test_every_run_is_reached_by_its_pages_a_filter_and_a_link(browser: Any, ser
         p.page.click("#all-runs")
         p.page.wait_for_url(server + f"/runs/{MANY}")
         assert p.page.locator("#runs-count").inner_text().startswith(
-            "157 of 157 runs, page 1 of 2.")
+            "158 of 158 runs, page 1 of 2.")
         assert p.page.locator("#runs tbody tr").count() == 100
         p.page.click("#pages a:text-is('2')")
         p.page.wait_for_url(re.compile(r"page=2$"))
         rows = p.page.locator("#runs tbody tr")
-        assert rows.count() == 57 and rows.last.get_attribute("data-trial") == "153"
+        assert rows.count() == 58 and rows.last.get_attribute("data-trial") == "153"
         p.page.select_option("#runs-filter select[name=outcome]", "pruned")
         p.page.click("#runs-filter button[type=submit]")
         p.page.wait_for_url(re.compile(r"outcome=pruned"))
-        assert p.page.locator("#runs-count").inner_text().startswith("30 of 157 runs.")
+        assert p.page.locator("#runs-count").inner_text().startswith("30 of 158 runs.")
         outcomes = p.page.locator("#runs tbody tr td:nth-child(4)").all_inner_texts()
         assert len(outcomes) == 30 and {o.split()[0] for o in outcomes} == {"pruned"}
         p.page.locator("#runs tbody tr").first.locator("a").click()

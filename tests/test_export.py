@@ -42,7 +42,7 @@ def ok(m: Measurement) -> TrialOutcome:
 
 
 def make_study(url: str, *, confirmed: float | None, flags: dict | None = None) -> None:
-    """Baseline, one search trial (ratio 0.8) with `flags`, and three confirm runs of it
+    """Baseline, one search trial (ratio 0.8) with `flags`, and four confirm runs of it
     at `confirmed` (none when None)."""
     flags = flags if flags is not None else {FAST: True}
     store = Store.open(url)
@@ -51,7 +51,7 @@ def make_study(url: str, *, confirmed: float | None, flags: dict | None = None) 
     store.record_run("s", 1, Role.SEARCH, flags, {}, ok(paired(0.8, "fast")), ratio=0.8)
     store.record_run("s", 2, Role.SEARCH, {"xla_backend_optimization_level": 2}, {},
                      ok(paired(0.9, "o2")), ratio=0.9)
-    for _ in range(3 if confirmed is not None else 0):
+    for _ in range(4 if confirmed is not None else 0):
         store.record_run("s", 1, Role.CONFIRM, flags, {}, ok(paired(confirmed or 1, "fast")),
                          ratio=confirmed)
 

@@ -102,14 +102,15 @@ def test_running_the_study_again_does_not_measure_pgle_twice(studied):
 
 
 def _gpu_like_pgle(url: str, folder: Path) -> int:
-    """Store three PGLE runs of the exported configuration as a GPU would report them
-    (the profile's program faster than the same flags without it), with the profile."""
+    """Store four PGLE runs (`MIN_PROCESSES`) of the exported configuration as a GPU would
+    report them (the profile's program faster than the same flags without it), with the
+    profile."""
     store = open_store(url, must_exist=True, write=True)
     runs = store.runs(STUDY)
     base = next(r for r in runs if r.role is Role.BASELINE)
     assert base.trial_number is not None
     number = base.trial_number
-    for i in range(3):
+    for i in range(4):
         m = Measurement(step_times_s=(0.009, 0.0091, 0.0092, 0.009),
                         baseline_step_times_s=(0.010, 0.0101, 0.0102, 0.010),
                         compile_time_s=0.1, mode=MeasureMode.PAIRED, fingerprint="aa" * 8,
@@ -122,7 +123,7 @@ def _gpu_like_pgle(url: str, folder: Path) -> int:
                          base.environment, env_key=base.env_key)
     meta = rules.ProfileMeta(model="m", fingerprint="bb" * 8,
                              xla_version=importlib.metadata.version("jaxlib"), backend="gpu",
-                             flags=rules.reference_options({}), source="converter", runs=3,
+                             flags=rules.reference_options({}), source="converter", runs=4,
                              percentile=50.0,
                              created_at=time.time())
     costs = [rules.Cost("all-gather-start.1", 7040.5), rules.Cost("fusion.2", 12.0)]

@@ -199,7 +199,7 @@ def study_with_confirmations() -> Runs:
     s.add(Role.SEARCH, {WIDTH: 128}, 0.95)  # 5: the lucky one measured again, worse
     s.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, None, kind=OutcomeKind.PRUNED)
     s.add(Role.SEARCH, {LEVEL: 0}, None, kind=OutcomeKind.TIMEOUT)
-    for _ in range(3):
+    for _ in range(4):
         s.add(Role.CONFIRM, {WIDTH: 128}, None, trial=1, m=measurement(1.0))
         s.add(Role.CONFIRM, {FAST: True}, None, trial=2, m=measurement(0.88))
         s.add(Role.CONFIRM, {LEVEL: 1}, None, trial=4, m=measurement(0.95))
@@ -299,11 +299,11 @@ def tiered_study() -> Runs:
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     s.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, 0.70, trial=1)  # unconfirmed, best search
-    confirmed(s, 2, {FAST: True}, 0.90, [0.80, 0.80, 0.80])  # faster: point interval 1.25
-    confirmed(s, 3, {LEVEL: 2}, 0.85, [0.70, 0.95, 0.70])  # faster, wider: lower end lower
-    confirmed(s, 4, {LEVEL: 1}, 0.75, [0.90, 1.10, 1.00])  # no measurable gain
-    confirmed(s, 5, {WIDTH: 128}, 0.80, [1.30, 1.30, 1.30])  # slower
-    confirmed(s, 6, {WIDTH: 256}, 0.72, [0.60, 0.60, 0.60], wrong=1)  # broke numerics
+    confirmed(s, 2, {FAST: True}, 0.90, [0.80] * 4)  # faster: point interval 1.25
+    confirmed(s, 3, {LEVEL: 2}, 0.85, [0.70, 0.95, 0.70, 0.70])  # faster, wider: lower end lower
+    confirmed(s, 4, {LEVEL: 1}, 0.75, [0.90, 1.10, 1.00, 0.98])  # no measurable gain
+    confirmed(s, 5, {WIDTH: 128}, 0.80, [1.30] * 4)  # slower
+    confirmed(s, 6, {WIDTH: 256}, 0.72, [0.60] * 4, wrong=1)  # broke numerics
     s.add(Role.SEARCH, {WIDTH: 512}, 0.95, trial=7, m=measurement(0.95, same=True))  # no-op
     return s
 
@@ -320,7 +320,7 @@ def test_the_recommendation_is_the_first_confirmed_faster_configuration():
     rec = recommend(tiered_study().runs)
     assert rec.recommended and rec.run is not None and rec.run.trial_number == 2
     assert rec.reason.startswith("confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults")
-    assert "3 fresh processes" in rec.reason and "numerics guard passed" in rec.reason
+    assert "4 fresh processes" in rec.reason and "numerics guard passed" in rec.reason
 
 
 def test_a_faster_configuration_that_broke_the_numerics_guard_is_never_recommended():
@@ -392,15 +392,15 @@ def test_the_recommendation_respects_the_memory_budget_and_carries_its_confirmat
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=100 * MiB, same=True))
     s.add(Role.SEARCH, {FAST: True}, 0.7, trial=1, m=measurement(0.7, memory=300 * MiB))
-    for _ in range(3):
+    for _ in range(4):
         s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.7, memory=300 * MiB))
-    confirmed(s, 2, {LEVEL: 2}, 0.9, [0.9, 0.9, 0.9])
+    confirmed(s, 2, {LEVEL: 2}, 0.9, [0.9] * 4)
     s.add(Role.CONFIRM, {LEVEL: 2}, None, trial=2, kind=OutcomeKind.CRASHED)
     assert recommend(s.runs).run.trial_number == 1  # type: ignore[union-attr]
     rec = recommend(s.runs, memory_budget=250 * MiB)
     assert rec.run is not None and rec.run.trial_number == 2
     assert rec.confirmation is not None and rec.confirmation.trial_number == 2
-    assert "in 3 fresh processes" in rec.reason  # the crashed run is not one of them
+    assert "in 4 fresh processes" in rec.reason  # the crashed run is not one of them
     rows = best_rows(s.runs, load_catalog(), memory_budget=250 * MiB)
     assert [(r.run.trial_number, r.recommended) for r in rows] == [(0, False), (2, True)]
 
@@ -592,7 +592,7 @@ def test_the_baseline_joins_the_front_when_nothing_beats_it():
 def test_outcome_counts_and_the_measured_backend():
     s = study_with_confirmations()
     counts = outcome_counts(s.runs)
-    assert counts == {"ok": 15, "pruned": 1, "timeout": 1}
+    assert counts == {"ok": 18, "pruned": 1, "timeout": 1}
     assert measured_backend(s.runs) is None
     env = Environment("h", "3.11", "0.10.2", "0.10.2", "cpu", "cpu", 8)
     s.add(Role.SEARCH, {LEVEL: 3}, 1.0, environment=env)
@@ -628,7 +628,7 @@ def test_a_study_row_counts_trials_and_runs():
     record = StudyRecord("s", "cpu", "matmul", "tiny", 8, MeasureMode.PAIRED, WHEN)
     assert study_row(record, s.runs) == {
         "name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 8,
-        "trials": 8, "counted": 8, "target": None, "runs": 17, "state": "searching",
+        "trials": 8, "counted": 8, "target": None, "runs": 20, "state": "searching",
         "priority": 0, "created": "2026-01-01T00:00:00+00:00"}
 
 
@@ -658,10 +658,10 @@ def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():
                                    "observations",
                                    "pooled_speedup", "pooled_interval", "program_trials",
                                    "environment"])
-    # trial 2's program: its search run (0.85) and three confirmation runs (0.88) pooled
-    assert real["observations"] == 4 and real["program_trials"] == [2]
+    # trial 2's program: its search run (0.85) and four confirmation runs (0.88) pooled
+    assert real["observations"] == 5 and real["program_trials"] == [2]
     assert real["pooled_speedup"] == pytest.approx(1 / 0.88)
-    low, high = real["pooled_interval"]  # over the four processes: 0.85 once, 0.88 thrice
+    low, high = real["pooled_interval"]  # over the five processes: 0.85 once, 0.88 four times
     assert low <= 1 / 0.88 <= high and high <= 1 / 0.85 + 1e-9
     assert slow["pooled_interval"] is not None and base["pooled_interval"] is None
     assert base["observations"] is None  # the baseline row is XLA's defaults, not a program
@@ -975,35 +975,34 @@ def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics(
 
 def test_a_gain_confirmed_in_too_few_processes_is_measured_again_not_recommended(
         monkeypatch):
-    """`MIN_PROCESSES`: two processes whose interval lies below 1 - `MIN_GAIN` are not
-    enough where the floor is three; the verdict says so, sequential confirmation
-    measures the configuration once more, and a third successful process recommends it.
-    A failed run does not count toward the floor."""
+    """`MIN_PROCESSES` (4): two processes whose interval lies below 1 - `MIN_GAIN` are not
+    enough; the verdict says so, sequential confirmation measures the configuration again
+    until a fourth successful process recommends it. A failed run does not count toward
+    the floor. Without the floor the same two processes would be recommended."""
     from autotune.results import confirmation
 
+    assert confirmation.MIN_PROCESSES == 4
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91])
     [target] = _targets(s)
     two = Confirmations.of(s.runs).of_run(target)
-    assert two.recommendable and two.verdict() == "faster"  # the shipped floor: 1
-    single = Runs()
-    single.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
-    confirmed(single, 1, {FAST: True}, 0.8, [0.90])
-    assert Confirmations.of(single.runs).of_run(_targets(single)[0]).recommendable
-    monkeypatch.setattr(confirmation, "MIN_PROCESSES", 3)
     assert not two.recommendable and not two.worth_gain
-    assert two.verdict() == "faster in 2 processes, 3 needed"
+    assert two.verdict() == "faster in 2 processes, 4 needed"
     assert confirmation.sequential_next(s.runs, [target], cap=16) is target
     assert confirmation.sequential_next(s.runs, [target], cap=2) is None  # at the cap
     s.add(Role.CONFIRM, {FAST: True}, None, trial=1, kind=OutcomeKind.CRASHED)
-    failed = Confirmations.of(s.runs).of_run(target)
-    assert failed.runs == 3 and not failed.recommendable  # two good runs of three
-    assert failed.verdict() == "faster in 2 processes, 3 needed"
     s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.92, 1.0))
-    three = Confirmations.of(s.runs).of_run(target)
-    assert three.recommendable and three.verdict() == "faster"
+    failed = Confirmations.of(s.runs).of_run(target)
+    assert failed.runs == 4 and not failed.recommendable  # three good runs of four
+    assert failed.verdict() == "faster in 3 processes, 4 needed"
+    assert confirmation.sequential_next(s.runs, [target], cap=16) is target
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.91, 1.0))
+    four = Confirmations.of(s.runs).of_run(target)
+    assert four.recommendable and four.verdict() == "faster"
     assert confirmation.sequential_next(s.runs, [target], cap=16) is None  # confirmed
+    monkeypatch.setattr(confirmation, "MIN_PROCESSES", 1)
+    assert two.recommendable and two.verdict() == "faster"
 
 
 def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie():

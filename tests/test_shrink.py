@@ -65,7 +65,7 @@ def confirmed_winner(tmp_path: Path) -> tuple[StudyRunner, Store, FakeCompilerLa
     store.record_run("s", 0, Role.BASELINE, {}, {}, launcher.launch(base))
     search = replace(base, flags=WINNER)
     store.record_run("s", 1, Role.SEARCH, WINNER, {}, launcher.launch(search))
-    for _ in range(3):
+    for _ in range(4):
         store.record_run("s", 1, Role.CONFIRM, WINNER, {}, launcher.launch(search))
     launcher.requests.clear()
     plan = StudyPlan.of(name="s", space=load_space("cpu"), preset="tiny",

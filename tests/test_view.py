@@ -220,7 +220,7 @@ def test_a_trial_page_holds_every_run_its_flags_and_the_xla_flags_line():
     assert page is not None
     assert page["flags"] == {FAST: True} and page["changed"] == {FAST: True}
     assert page["xla_flags"] == "--xla_cpu_enable_fast_math=true"
-    assert [r["role"] for r in page["runs"]] == ["search", "confirm", "confirm", "confirm"]
+    assert [r["role"] for r in page["runs"]] == ["search", *["confirm"] * 4]
     assert list(page["runs"][1]["step_times_s"]) == [0.8] * 6
     assert list(page["runs"][1]["baseline_step_times_s"]) == [1.0] * 6
     assert page["confirmation"] == "×1.250 [1.250, 1.250] faster"
@@ -247,7 +247,8 @@ def test_comparing_two_trials_shows_each_ones_confirmed_figure_and_program_diffe
                                                     hlo_stats={"fusion": 5, "exp": 2}))
     s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=replace(measurement(0.9),
                                                     hlo_stats={"fusion": 7, "exp": 2, "dot": 1}))
-    s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=0, m=measurement(0.8))
+    for _ in range(4):
+        s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=0, m=measurement(0.8))
     got = compare_trials(s.runs, 0, 1, CATALOG)
     assert got is not None
     assert got["claimed_a"]["verdict"] == "×1.250 [1.250, 1.250] faster"
@@ -317,7 +318,7 @@ def test_the_header_and_the_summary_hold_exactly_these_keys():
     assert study_header(record()) == HEADER
     runs = tiered_study().runs
     assert study_summary(record(), runs, []) == {
-        **HEADER, "environments": [], "trials": 8, "failed": 1, "stopped": 0, "runs": 24,
+        **HEADER, "environments": [], "trials": 8, "failed": 1, "stopped": 0, "runs": 29,
         "best_confirmed": {"trial": 2, "speedup": 1.25, "interval": [1.25, 1.25],
                            "verdict": "faster"},
         "recommended": True, "last_activity": WHEN.isoformat(), "running": False,
@@ -344,7 +345,7 @@ def test_the_recommendation_holds_exactly_these_keys():
         "recommended": True, "trial": 2, "flags": {FAST: True},
         "xla_flags": f"--{FAST}=true", "speedup": 1.25,
         "interval": [1.25, 1.25], "text": "trial 2: ×1.250 [1.250, 1.250] faster",
-        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
+        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 4 fresh "
                   "processes; the numerics guard passed"}
     assert sorted(page) == ["best", "best_so_far", "contributions", "failures", "notes",
                             "programs", "progress", "recommendation", "scatter", "slices",
@@ -352,7 +353,7 @@ def test_the_recommendation_holds_exactly_these_keys():
     assert page["timeline"] == []  # no claims given
     assert page["study"] == HEADER and page["summary"]["trials"] == 8
     assert page["notes"][0] == {"kind": "outcomes",
-                                "text": "runs by outcome: numerics_mismatch: 1, ok: 23"}
+                                "text": "runs by outcome: numerics_mismatch: 1, ok: 28"}
     assert page["programs"]["0"] == {"count": 1, "trials": [7]}  # 7: the baseline's program
     assert page["failures"] == [{"kind": "numerics_mismatch", "count": 1, "messages": [
         {"trial": 6, "role": "confirm", "message": ""}]}]
@@ -362,7 +363,7 @@ def test_the_recommendation_holds_exactly_these_keys():
     # the recommendation ranks the confirmed by their interval's lower end instead
     assert page["best_so_far"][-1]["best_trial"] == 3
     assert page["progress"] == {"environments": [{
-        "env_key": "unknown", "where": "unknown", "runs": 24, "ok": 23, "failed": 1,
+        "env_key": "unknown", "where": "unknown", "runs": 29, "ok": 28, "failed": 1,
         "baseline": True}], "workers": []}
     assert page["contributions"]["trial"] == 2
 
@@ -447,7 +448,7 @@ def test_a_winner_that_holds_on_the_other_study_says_so_with_its_figure_there():
         "recommended": True, "trial": 2, "flags": {FAST: True},
         "xla_flags": f"--{FAST}=true", "speedup": 1.25,
         "interval": [1.25, 1.25], "text": "holds", "there": there, "holds": True,
-        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 3 fresh "
+        "reason": "confirmed ×1.250 [1.250, 1.250] faster than XLA's defaults in 4 fresh "
                   "processes; the numerics guard passed"}
     assert got["winner_b_on_a"]["holds"] is True
     assert got["a"] == {**HEADER, "name": "a", "environments": []}

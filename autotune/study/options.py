@@ -131,7 +131,8 @@ class StudyOptions(Options):
         "(shrinking and PGLE take at least 4)."))
     confirm_max: int = Field(32, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
-        "shows no gain, or it has this many processes (0: no sequential confirmation)."))
+        "shows no gain, or it has this many processes (0: no sequential confirmation; "
+        "nothing is recommended on fewer than 4 processes)."))
     confirm_steps: int | None = Field(None, ge=3, description=(
         "Timed steps per confirmation process (default: --steps). A paired ratio's noise "
         "falls with its steps, so a few longer processes can confirm a gain that many "
