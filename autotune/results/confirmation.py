@@ -81,9 +81,14 @@ class Confirmation:
         return e is not None and not e.includes_one and e.ratio < 1
 
     @property
+    def good_runs(self) -> int:
+        """Confirmation runs that succeeded."""
+        return self.runs - self.failures
+
+    @property
     def enough_runs(self) -> bool:
         """At least `MIN_PROCESSES` confirmation runs succeeded."""
-        return self.runs - self.failures >= MIN_PROCESSES
+        return self.good_runs >= MIN_PROCESSES
 
     @property
     def worth_gain(self) -> bool:
@@ -111,7 +116,7 @@ class Confirmation:
         if e.ratio >= 1:
             return "slower"
         if worth_applying(e) and not self.enough_runs:
-            return f"faster in {self.runs - self.failures} processes, {MIN_PROCESSES} needed"
+            return f"faster in {self.good_runs} processes, {MIN_PROCESSES} needed"
         return "faster" if self.worth_gain else f"less than {MIN_GAIN:.1%} faster"
 
 

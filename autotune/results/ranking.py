@@ -261,7 +261,7 @@ def _faster_text(conf: Confirmation | None) -> str:
     assert conf is not None and conf.estimate is not None
     low, high = conf.estimate.speedup_interval
     return (f"confirmed ×{conf.estimate.speedup:.3f} [{low:.3f}, {high:.3f}] faster than "
-            f"XLA's defaults in {conf.runs - conf.failures} fresh processes; the numerics "
+            f"XLA's defaults in {conf.good_runs} fresh processes; the numerics "
             "guard passed")
 
 
@@ -293,7 +293,7 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
     floor = _confirmation.MIN_GAIN
     faster = f"at least {floor:.1%} faster" if floor > 0 else "faster"
     return (f"no configuration was confirmed {faster} than XLA's defaults (the best confirmed, "
-            f"trial {run.trial_number}: {verdict_text(c)} over {c.runs - c.failures} fresh "
+            f"trial {run.trial_number}: {verdict_text(c)} over {c.good_runs} fresh "
             "processes): keep XLA's defaults")
 
 
