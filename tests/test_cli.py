@@ -401,10 +401,12 @@ def test_ctrl_c_keeps_finished_trials_and_the_study_resumes(tmp_path):
            "--space", "cpu", "--trials", "40"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and _count_runs(db) < 2:
+    while time.monotonic() < deadline and _count_runs(db) < 2 and proc.poll() is None:
         time.sleep(0.3)
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
+    assert running, f"the study ended before the signal: {stderr.decode()}"
     assert proc.returncode == 130, stderr.decode()
     assert b"every finished trial is kept" in stderr
     kept = _count_runs(db)

@@ -94,7 +94,8 @@ def print_json(value: Any) -> None:
 
 def friendly(func: Callable[..., None]) -> Callable[..., None]:
     """Turn AutotuneError into one line on stderr and its exit code; a stop signal into
-    128 + its number (Ctrl-C 130, SIGHUP 129, SIGTERM 143), as shells report them.
+    128 + its number (Ctrl-C 130, SIGHUP 129, SIGTERM 143), as shells report them, also
+    when the cleanup after the signal failed on top of it (`_stop_signal_under`).
 
     The message is printed through `literal`: messages name studies, flags and
     paths as given, and a newline in one shows as `\\n`.
@@ -107,25 +108,65 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
         try:
             with interrupt_latch():
                 func(*args, **kwargs)
-        except AutotuneError as exc:
-            err.print(f"[bold red]error:[/] {literal(exc.message)}", highlight=False,
-                      soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except Exception as exc:
-            failure = _database_failure(exc)
+        except BaseException as exc:
+            if isinstance(exc, typer.Exit | SystemExit):
+                raise
+            stop = _stop_signal_under(exc)
+            if stop is not None:
+                _say_interrupted(stop, exc)
+                raise typer.Exit(128 + stop) from None
+            if isinstance(exc, AutotuneError):
+                _say_error(exc)
+                raise typer.Exit(exc.exit_code) from None
+            failure = _database_failure(exc) if isinstance(exc, Exception) else None
             if failure is None:
                 raise
-            err.print(f"[bold red]error:[/] {literal(failure.message)}", highlight=False,
-                      soft_wrap=True)
+            _say_error(failure)
             raise typer.Exit(failure.exit_code) from None
-        except KeyboardInterrupt as exc:
-            signum = getattr(exc, "signum", signal.SIGINT)
-            with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
-                err.print(f"interrupted ({signal.Signals(signum).name}): every finished trial "
-                          "is kept; run the same command to continue", highlight=False)
-            raise typer.Exit(128 + signum) from None
 
     return wrapper
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling, newest first."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _stop_signal_under(exc: BaseException) -> int | None:
+    """The stop signal (its number) that `exc` is, or that was being handled when `exc`
+    was raised; None when neither.
+
+    Cleanup after Ctrl-C can fail on top of it (alembic drops its half-made table on a
+    connection that SQLAlchemy closed when the signal landed inside a migration): the
+    user's stop is still what ended the command, and it is answered as one.
+    """
+    for link in _chain(exc):
+        if isinstance(link, KeyboardInterrupt):
+            return int(getattr(link, "signum", signal.SIGINT))
+    return None
+
+
+def _say_error(exc: AutotuneError) -> None:
+    err.print(f"[bold red]error:[/] {literal(exc.message)}", highlight=False, soft_wrap=True)
+
+
+def _say_interrupted(signum: int, exc: BaseException) -> None:
+    """The line a stop signal ends a command with; a failure in the cleanup after it
+    (`exc`, when it is not the stop itself) is named in the driver's words."""
+    line = (f"interrupted ({signal.Signals(signum).name}): every finished trial is kept; "
+            "run the same command to continue")
+    if not isinstance(exc, KeyboardInterrupt):
+        failure = exc if isinstance(exc, AutotuneError) else _database_failure(exc)
+        reason = failure.message if failure is not None else f"{type(exc).__name__}: {exc}"
+        line += (f" (cleaning up after the stop failed: {literal(reason)}; what it left "
+                 "open is taken back when the study runs again)")
+    with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+        err.print(line, highlight=False, soft_wrap=True)
 
 
 def _database_failure(exc: BaseException) -> AutotuneError | None:
@@ -135,11 +176,7 @@ def _database_failure(exc: BaseException) -> AutotuneError | None:
     is one (autotune's own words), else the chain's first error of the database driver
     (Optuna's wrapper only without one), as `storage.engine.database_failure` words it;
     None when the chain holds neither."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = _chain(exc)
     for link in chain:
         if isinstance(link, AutotuneError):
             return link

@@ -232,8 +232,33 @@ def _alembic_config(connection: Connection) -> Config:
     return config
 
 
+@contextmanager
+def _schema_transaction(engine: Engine, write: bool) -> Iterator[Connection]:
+    """A connection in one transaction that commits at the end of the block, DDL included.
+
+    On a SQLite file pysqlite runs DDL outside any transaction (it begins one only
+    before INSERT, UPDATE and DELETE), so a migration stopped half-way (Ctrl-C, a
+    crash) left half its tables and a database no later open could migrate ("table
+    autotune_environments already exists"). Here pysqlite's handling is off for the
+    one connection (the engine keeps none idle: `records.sqlite_file`) and the block
+    runs in one transaction: all of a migration or none of it. With `write` it begins
+    IMMEDIATE, so a second process reads the revision only once the first has
+    committed its migration; without, deferred (a reader's file may be read-only).
+    Elsewhere: `engine.begin()`.
+    """
+    if not sqlite_file(engine.url):
+        with engine.begin() as connection:
+            yield connection
+        return
+    with engine.connect() as connection:
+        connection.connection.driver_connection.isolation_level = None  # type: ignore[union-attr]
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        yield connection
+        connection.commit()
+
+
 def _migrate(engine: Engine, shown: str, upgrade: bool, foreign_ok: bool = False) -> None:
-    with engine.begin() as connection:
+    with _schema_transaction(engine, write=upgrade) as connection:
         current = _current_revision(connection)
         if current == HEAD_REVISION:
             return
