@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
+import typer
 from cli_runner import invoke
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from typer.testing import CliRunner
 
-from autotune.cli._common import _database_failure
+from autotune.cli._common import _database_failure, friendly
 from autotune.ground.errors import StorageError
 from autotune.ground.records import ClaimState, Role
 from autotune.storage.engine import HEAD_REVISION, database_failure, revision_of, what_to_do
@@ -86,7 +88,7 @@ def test_a_ctrl_c_inside_a_migration_is_answered_as_a_stop_and_the_next_upgrade_
         tmp_path):
     """Ctrl-C landing in a migration's DDL: SQLAlchemy closes the connection, and alembic's
     cleanup (drop its half-made table) fails on it, raised while handling the signal. The
-    command still ends as a stop (130, one line, no traceback), the database is left at
+    command still ends as a stop (130, no traceback), the database is left at
     its old revision, and the next upgrade finishes it (found by sending SIGINT at random
     moments of `autotune study`: 2 of 300 ended with exit 2 and alembic's error)."""
     url = f"sqlite:///{tmp_path}/autotune.db"
@@ -105,12 +107,48 @@ def test_a_ctrl_c_inside_a_migration_is_answered_as_a_stop_and_the_next_upgrade_
     assert sent, "no migration dropped a table: the signal was never sent"
     assert stopped.exit_code == 130, stopped.output
     assert "interrupted (SIGINT): every finished trial is kept" in stopped.output
-    assert "cleaning up after the stop failed" in stopped.output
+    # (newer alembic fails its cleanup on top of the signal and says so; older re-raises it)
     assert "Traceback" not in stopped.output
     assert revision_of(url) != HEAD_REVISION  # the migration did not land half-way
     finished = invoke("db", "upgrade", "--storage", url, cwd=tmp_path)
     assert finished.exit_code == 0 and "at revision" in finished.output, finished.output
     assert revision_of(url) == HEAD_REVISION
+
+
+def test_a_failure_raised_while_handling_a_stop_signal_ends_the_command_as_that_stop():
+    """The cleanup after SIGTERM fails on the database: the command ends as SIGTERM (143),
+    naming the failed cleanup in the driver's words; a failure with no stop under it is
+    still an error (exit 2)."""
+    from autotune.ground.proc import Interrupted
+
+    def cleanup_fails_after(signum):
+        def command():
+            try:
+                raise Interrupted(signum)
+            except KeyboardInterrupt:
+                raise sqlalchemy.exc.OperationalError(
+                    "UPDATE claims", {}, sqlite3.OperationalError("database is locked")
+                ) from None  # `from None` hides it from tracebacks, not from __context__
+        return command
+
+    app = typer.Typer()
+    app.command()(friendly(cleanup_fails_after(signal.SIGTERM)))
+    stopped = CliRunner().invoke(app, [])
+    assert stopped.exit_code == 143, stopped.output
+    assert "interrupted (SIGTERM): every finished trial is kept" in stopped.output
+    assert "cleaning up after the stop failed: the database failed: database is locked" in (
+        " ".join(stopped.output.split()))
+
+    def fails_alone():
+        raise sqlalchemy.exc.OperationalError(
+            "UPDATE claims", {}, sqlite3.OperationalError("database is locked"))
+
+    app = typer.Typer()
+    app.command()(friendly(fails_alone))
+    failed = CliRunner().invoke(app, [])
+    assert failed.exit_code == 2 and "error: the database failed: database is locked" in (
+        failed.output)
+    assert "interrupted" not in failed.output
 
 
 def test_what_to_do_follows_what_the_driver_said():

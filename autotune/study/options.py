@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.ground.errors import UsageError
 from autotune.ground.protocol import Job
+from autotune.results.confirmation import MIN_PROCESSES
 
 #: Options a re-run may change (running more trials continues the study), or that are
 #: recorded otherwise: the study's columns, the files' hashes, sizes in bytes, the command's
@@ -132,7 +133,7 @@ class StudyOptions(Options):
     confirm_max: int = Field(32, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation; "
-        "nothing is recommended on fewer than 4 processes)."))
+        f"nothing is recommended on fewer than {MIN_PROCESSES} processes)."))
     confirm_steps: int | None = Field(None, ge=3, description=(
         "Timed steps per confirmation process (default: --steps). A paired ratio's noise "
         "falls with its steps, so a few longer processes can confirm a gain that many "
