@@ -930,6 +930,24 @@ def test_the_projected_stop_gives_up_what_its_cap_cannot_confirm(monkeypatch):
     assert not confirmation.cannot_confirm_by(at_floor, 10**6)
 
 
+def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_processes(
+        monkeypatch):
+    from autotune.results import confirmation
+
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "slower")
+    floor = confirmation.MIN_PROCESSES
+    slower = RatioEstimate(1.01, 0.90, 1.12, 0.95, n_processes=floor, n_pairs=floor)
+    assert confirmation.cannot_confirm_by(slower, 32)
+    level = RatioEstimate(1.0, 0.90, 1.10, 0.95, n_processes=floor, n_pairs=floor)
+    assert confirmation.cannot_confirm_by(level, 32)  # not faster: given up too
+    early = RatioEstimate(1.01, 0.90, 1.12, 0.95, n_processes=floor - 1, n_pairs=floor - 1)
+    assert not confirmation.cannot_confirm_by(early, 32)  # too few processes to say
+    faster = RatioEstimate(0.999, 0.90, 1.10, 0.95, n_processes=30, n_pairs=30)
+    assert not confirmation.cannot_confirm_by(faster, 32)  # measured on, to the cap
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "cap")
+    assert not confirmation.cannot_confirm_by(slower, 32)
+
+
 def test_sequential_confirmation_under_the_projected_stop(monkeypatch):
     from autotune.results import confirmation
 
