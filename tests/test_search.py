@@ -35,7 +35,9 @@ from autotune.launch.launcher import Launcher, TrialRequest
 from autotune.launch.workloads import resolve_benchmark
 from autotune.spaces import load_space
 from autotune.storage import Store
+from autotune.study.measured import BUDGET_ROLES
 from autotune.study.plan import StudyPlan
+from autotune.study.race import RACE_RETRIES
 from autotune.study.runner import StudyRunner
 from autotune.study.samplers import Objective, choose_sampler, parse_objectives
 
@@ -743,6 +745,65 @@ def test_local_search_moves_to_the_incumbent_once_racing_backs_it(small_space, t
     local = {t.user_attrs.get("run_id") for t in optuna_study(store).trials
              if t.user_attrs.get("local")}
     assert {r.id for r in after[:3]} <= local  # queued by the local search, not sampled
+
+
+ONE = """schema_version: 1
+name: one
+description: one configuration
+backend: cpu
+params:
+  xla_cpu_enable_fast_math: {type: categorical, choices: [true]}
+"""
+
+
+class KilledOnce(ModelLauncher):
+    """Answers as `ModelLauncher`, but the first launch of a configuration launched before
+    (the leader's race) ends as a child killed by SIGKILL would."""
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        key = config_key(effective_config(request.flags, self.catalog))
+        if key and key in self.launched and not getattr(self, "killed", False):
+            self.killed = True
+            self.launched.append(key)
+            return TrialOutcome(OutcomeKind.CRASHED, "killed by signal 9", duration_s=0.5,
+                                signal=9)
+        return super().launch(request)
+
+
+def test_a_race_whose_child_was_killed_is_measured_again_and_the_study_holds_its_trials(
+        tmp_path):
+    """Found by the fault suite: a race claim is keyed by the leader's processes, which a
+    failed race does not change, so the retry met its finished claim; on a space with
+    nothing else to measure the study then stopped one short of --trials (issue 31)."""
+    path = tmp_path / "one.yaml"
+    path.write_text(ONE)
+    launcher = KilledOnce(tradeoff)
+    runner, store = study(load_space(str(path)), tmp_path, launcher, sampler="grid", trials=4,
+                          seed=1, racing=True)
+    runner.run()
+    races = [r for r in sorted(store.runs("s"), key=lambda r: r.id) if r.role is Role.RACE]
+    assert [r.outcome.kind for r in races] == [OutcomeKind.CRASHED, OutcomeKind.OK]
+    assert len([r for r in store.runs("s") if r.role in BUDGET_ROLES]) == 4
+    store.close()
+
+
+def test_a_leader_whose_races_keep_failing_is_left_unbacked_after_its_retries(tmp_path):
+    class AlwaysKilled(ModelLauncher):
+        def launch(self, request: TrialRequest) -> TrialOutcome:
+            key = config_key(effective_config(request.flags, self.catalog))
+            if key and key in self.launched:
+                self.launched.append(key)
+                return TrialOutcome(OutcomeKind.CRASHED, "killed", duration_s=0.5, signal=9)
+            return super().launch(request)
+
+    path = tmp_path / "one.yaml"
+    path.write_text(ONE)
+    runner, store = study(load_space(str(path)), tmp_path, AlwaysKilled(tradeoff),
+                          sampler="grid", trials=8, seed=1, racing=True)
+    runner.run()
+    races = [r for r in store.runs("s") if r.role is Role.RACE]
+    assert len(races) == 1 + RACE_RETRIES  # then the space has nothing left: the study ends
+    store.close()
 
 
 def test_local_search_off_leaves_the_proposals_to_the_sampler(small_space, tmp_path):

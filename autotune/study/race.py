@@ -20,8 +20,14 @@ from autotune.study.search import StudyView
 def race(ctx: StudyContext, view: StudyView) -> tuple[str, RunRecord | None]:
     """Measure the search's leader again when it is not yet backed by enough processes.
 
-    Returns ("skip", None) when there is nothing to race (racing off, or the
-    leader is being raced by another process), ("launched", run), or
+    A race run that failed is measured again under a key of its own, up to
+    `RACE_RETRIES` times: a fault that killed its child must not leave the leader
+    unbacked and, where the space has nothing else to measure, the study short of
+    `--trials`.
+
+    Returns ("skip", None) when there is nothing to race (racing off, the leader is
+    being raced by another process, or its race failed past the retries),
+    ("launched", run), or
     (FULL, None) when the study holds its trials.
     """
     target = leader(ctx, view)
@@ -29,17 +35,33 @@ def race(ctx: StudyContext, view: StudyView) -> tuple[str, RunRecord | None]:
         return "skip", None
     first = target.first
     number = first.trial_number
+    failed = failed_races(view.runs, number)
+    if failed > RACE_RETRIES:
+        return "skip", None
     judge = ctx.judge
 
     def settle(outcome: TrialOutcome) -> tuple[TrialOutcome, float | None]:
         outcome = judge.guard(outcome)
         return outcome, judge.ratio(outcome)
 
-    verdict, run = ctx.claimed_run(f"race:{number}:{target.n}", Role.RACE, first.flags, number,
+    key = f"race:{number}:{target.n}" + (f":{failed}" if failed else "")
+    verdict, run = ctx.claimed_run(key, Role.RACE, first.flags, number,
                                    judge.request(first.flags), budget=True, settle=settle)
     if verdict is ClaimVerdict.FULL:
         return verdict, None
     return ("skip", None) if run is None else ("launched", run)
+
+
+#: How many times a leader's race run that failed (a child killed, a crash, a timeout) is
+#: measured again. The claim of a failed run is finished, so its retry needs a key of its
+#: own (`race:TRIAL:N:FAILED`); past the retries the leader is left as the search has it.
+RACE_RETRIES = 1
+
+
+def failed_races(runs: list[RunRecord], trial_number: int | None) -> int:
+    """The race runs of `trial_number` that did not succeed."""
+    return sum(r.role is Role.RACE and r.trial_number == trial_number and not r.outcome.ok
+               for r in runs)
 
 
 def leader(ctx: StudyContext, view: StudyView) -> ProgramEvidence | None:
