@@ -184,9 +184,12 @@ def test_four_processes_cannot_confirm_a_gain_that_sequential_confirmation_can(t
         _confirmation(store, LUCKY).runs - 4)
 
 
-def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_path):
+def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_path,
+                                                                         monkeypatch):
+    from autotune.results import confirmation
     from autotune.results.ranking import recommend
 
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "cap")  # give nothing up before it
     runner, store, _ = noisy_study(tmp_path, NOISY_NONE, NOISY_NONE)
     runner.confirm(top=2, repeats=4, cap=7)
     for flags in (REAL, LUCKY):
@@ -198,6 +201,23 @@ def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_pat
     assert rec.reason.endswith("fresh processes): keep XLA's defaults")
     runner.confirm(top=2, repeats=4, cap=7)  # run again: nothing left to measure
     assert max(_confirmation(store, f).runs for f in (REAL, LUCKY)) == 7
+
+
+def test_what_ships_gives_up_a_target_measured_not_faster_on_its_fewest_processes(
+        tmp_path):
+    """`CONFIRM_STOP` "slower" (chosen leave one workload out: the same answers on all 19
+    tables, fewer device-seconds): a configuration truly no faster is given up once its
+    estimate, on at least `MIN_PROCESSES` processes, is not faster; not measured to the
+    cap (under "cap" both go on to 12 here)."""
+    from autotune.results.confirmation import MIN_PROCESSES
+    from autotune.results.ranking import recommend
+
+    runner, store, _ = noisy_study(tmp_path, NOISY_NONE, NOISY_NONE)
+    runner.confirm(top=2, repeats=2, cap=12)
+    for flags in (REAL, LUCKY):
+        conf = _confirmation(store, flags)
+        assert MIN_PROCESSES <= conf.runs < 12 and conf.estimate.ratio >= 1.0
+    assert recommend(store.runs("s")).run is None
 
 
 def test_a_configuration_that_shows_no_gain_hands_over_to_the_next_leader(tmp_path):

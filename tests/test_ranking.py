@@ -914,7 +914,7 @@ def test_the_projected_stop_gives_up_what_its_cap_cannot_confirm(monkeypatch):
 
     estimate = RatioEstimate(0.95, 0.90, 1.00, 0.95, n_processes=4, n_pairs=4)
     # 4 processes x (log(1/0.95) / log(0.99/0.95))^2 = 6.19 to bring 1.00 under 0.99
-    assert confirmation.CONFIRM_STOP == "cap"  # what ships: nothing given up early
+    monkeypatch.setattr(confirmation, "CONFIRM_STOP", "cap")  # nothing given up early
     assert not confirmation.cannot_confirm_by(estimate, 6)
     assert not confirmation.cannot_confirm_by(RatioEstimate(0.99, 0.9, 1.1, 0.95, 4, 4), 6)
     monkeypatch.setattr(confirmation, "CONFIRM_STOP", "projected")

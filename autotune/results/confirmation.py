@@ -198,7 +198,7 @@ NOT_WORTH = 0.01
 #: workload out, README Search; read when used, so the benchmarks can set it): "cap" gives
 #: up none; "slower" also gives up one measured slower than the defaults; "projected" also
 #: gives up one that its cap cannot confirm (`cannot_confirm_by`).
-CONFIRM_STOP = "cap"
+CONFIRM_STOP = "slower"
 
 
 def cannot_confirm_by(estimate: RatioEstimate, cap: int) -> bool:
