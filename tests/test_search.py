@@ -756,14 +756,18 @@ params:
 """
 
 
-class KilledOnce(ModelLauncher):
-    """Answers as `ModelLauncher`, but the first launch of a configuration launched before
-    (the leader's race) ends as a child killed by SIGKILL would."""
+class RacesKilled(ModelLauncher):
+    """Answers as `ModelLauncher`, but the first `kills` launches of a configuration
+    launched before (the leader's races) end as a child killed by SIGKILL would."""
+
+    def __init__(self, kills: int) -> None:
+        super().__init__(tradeoff)
+        self.kills = kills
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         key = config_key(effective_config(request.flags, self.catalog))
-        if key and key in self.launched and not getattr(self, "killed", False):
-            self.killed = True
+        if key and key in self.launched and self.kills > 0:
+            self.kills -= 1
             self.launched.append(key)
             return TrialOutcome(OutcomeKind.CRASHED, "killed by signal 9", duration_s=0.5,
                                 signal=9)
@@ -777,9 +781,8 @@ def test_a_race_whose_child_was_killed_is_measured_again_and_the_study_holds_its
     nothing else to measure the study then stopped one short of --trials (issue 31)."""
     path = tmp_path / "one.yaml"
     path.write_text(ONE)
-    launcher = KilledOnce(tradeoff)
-    runner, store = study(load_space(str(path)), tmp_path, launcher, sampler="grid", trials=4,
-                          seed=1, racing=True)
+    runner, store = study(load_space(str(path)), tmp_path, RacesKilled(1), sampler="grid",
+                          trials=4, seed=1, racing=True)
     runner.run()
     races = [r for r in sorted(store.runs("s"), key=lambda r: r.id) if r.role is Role.RACE]
     assert [r.outcome.kind for r in races] == [OutcomeKind.CRASHED, OutcomeKind.OK]
@@ -788,17 +791,9 @@ def test_a_race_whose_child_was_killed_is_measured_again_and_the_study_holds_its
 
 
 def test_a_leader_whose_races_keep_failing_is_left_unbacked_after_its_retries(tmp_path):
-    class AlwaysKilled(ModelLauncher):
-        def launch(self, request: TrialRequest) -> TrialOutcome:
-            key = config_key(effective_config(request.flags, self.catalog))
-            if key and key in self.launched:
-                self.launched.append(key)
-                return TrialOutcome(OutcomeKind.CRASHED, "killed", duration_s=0.5, signal=9)
-            return super().launch(request)
-
     path = tmp_path / "one.yaml"
     path.write_text(ONE)
-    runner, store = study(load_space(str(path)), tmp_path, AlwaysKilled(tradeoff),
+    runner, store = study(load_space(str(path)), tmp_path, RacesKilled(10**6),
                           sampler="grid", trials=8, seed=1, racing=True)
     runner.run()
     races = [r for r in store.runs("s") if r.role is Role.RACE]
