@@ -300,7 +300,7 @@ def tiered_study() -> Runs:
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     s.add(Role.SEARCH, {"xla_cpu_use_xnnpack": False}, 0.70, trial=1)  # unconfirmed, best search
     confirmed(s, 2, {FAST: True}, 0.90, [0.80] * 4)  # faster: point interval 1.25
-    confirmed(s, 3, {LEVEL: 2}, 0.85, [0.70, 0.95, 0.70, 0.70])  # faster, wider: lower end lower
+    confirmed(s, 3, {LEVEL: 2}, 0.85, [0.82, 0.95, 0.82, 0.70])  # faster, wider, worse
     confirmed(s, 4, {LEVEL: 1}, 0.75, [0.90, 1.10, 1.00, 0.98])  # no measurable gain
     confirmed(s, 5, {WIDTH: 128}, 0.80, [1.30] * 4)  # slower
     confirmed(s, 6, {WIDTH: 256}, 0.72, [0.60] * 4, wrong=1)  # broke numerics
@@ -310,7 +310,7 @@ def tiered_study() -> Runs:
 
 def test_confirmed_faster_ranks_first_by_the_lower_end_then_no_gain_unconfirmed_slower():
     order = confirmed_order(tiered_study().runs)
-    # 2's interval is a point at 1.25; 3's median is higher but its lower end is not;
+    # 2's interval is a point at 1.25; 3's is wider and its estimate worse (both rules);
     # no gain: 4 (1.0 ratio) and the no-op 7 (1.0) in search order; unconfirmed 1;
     # slower 5; the numerics failure 6 last, however fast it measured
     assert [run.trial_number for run, _ in order] == [2, 3, 4, 7, 1, 5, 6]
@@ -909,6 +909,74 @@ def test_a_confirmed_leader_ends_sequential_confirmation_but_a_weaker_one_does_n
     assert sequential_next(s.runs, [winner, worse], cap=16) is None
 
 
+def test_the_separate_contest_measures_what_may_still_be_two_percent_faster_than_the_leader(
+        monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91, 0.90, 0.91])  # the leader, 0.905
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.80, 1.06, 0.82, 1.04])  # open: worse, reaches 0.80
+    confirmed(s, 3, {LEVEL: 2}, 0.8, [0.93, 0.94, 0.93, 0.94])  # confirmed, told apart
+    leader, wide, apart = _targets(s)
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
+    assert confirmation.sequential_next(s.runs, [leader, wide, apart], cap=16) is None
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
+    assert confirmation.sequential_next(s.runs, [leader, wide, apart], cap=16) is wide
+    assert confirmation.sequential_next(s.runs, [leader, apart], cap=16) is None
+    assert confirmation.sequential_next(s.runs, [leader, wide, apart], cap=4) is None  # at cap
+
+
+def test_the_separate_contest_measures_a_confirmed_rival_until_it_is_told_apart(monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91, 0.90, 0.91])  # the leader, 0.905
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.84, 0.97, 0.86, 0.98])  # confirmed, may be faster
+    leader, rival = _targets(s)
+    rival_conf = confirmation.confirmation(s.runs, rival)
+    assert rival_conf is not None and rival_conf.recommendable
+    assert rival_conf.estimate.ratio > 0.905 and rival_conf.estimate.low < 0.905 * 0.98
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
+    assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is rival
+    monkeypatch.setattr(confirmation, "SEPARATE_BY", 0.2)  # nothing can be 20% faster
+    assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is None
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
+    monkeypatch.setattr(confirmation, "SEPARATE_BY", 0.02)
+    assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is None
+
+
+def test_the_separate_contest_measures_a_leader_with_fewer_processes_than_its_contender(
+        monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.88, 0.91, 0.88, 0.91])  # the leader: 4, lucky?
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.84, 0.97, 0.86, 0.98, 0.85, 0.97])  # 6: may be faster
+    leader, rival = _targets(s)
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
+    assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is leader
+    assert confirmation.sequential_next(s.runs, [leader, rival], cap=6) is None  # rival capped
+    confirmed(s, 3, {LEVEL: 2}, 0.8, [0.84, 0.97, 0.86])  # open, 3: the contender now
+    assert confirmation.sequential_next(s.runs, _targets(s), cap=16) is _targets(s)[2]
+
+
+def test_the_separate_contest_ranks_confirmed_configurations_by_their_estimate(monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91, 0.90, 0.91])  # 0.905, a narrow interval
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.80, 0.93, 0.82, 0.92])  # better, wider
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
+    assert [r.trial_number for r, _ in confirmed_order(s.runs)] == [1, 2]  # by the bound
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
+    assert [r.trial_number for r, _ in confirmed_order(s.runs)] == [2, 1]  # by the estimate
+    assert recommend(s.runs).run.trial_number == 2
+
+
 def test_the_projected_stop_gives_up_what_its_cap_cannot_confirm(monkeypatch):
     from autotune.results import confirmation
 
@@ -1023,7 +1091,8 @@ def test_a_gain_confirmed_in_too_few_processes_is_measured_again_not_recommended
     assert two.recommendable and two.verdict() == "faster"
 
 
-def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie():
+def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie(monkeypatch):
+    from autotune.results import confirmation
     from autotune.results.confirmation import sequential_next
 
     s = Runs()
@@ -1039,6 +1108,8 @@ def test_sequential_confirmation_looks_past_targets_it_skips_and_stops_on_a_tie(
     winner, level = _targets(tie)
     confs = Confirmations.of(tie.runs)
     assert confs.of_run(winner).estimate.ratio == confs.of_run(level).estimate.ratio
+    assert sequential_next(tie.runs, [winner, level], cap=16) is level  # may be 16% faster
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
     assert sequential_next(tie.runs, [winner, level], cap=16) is None  # no better: done
 
 

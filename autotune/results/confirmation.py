@@ -222,6 +222,22 @@ def cannot_confirm_by(estimate: RatioEstimate, cap: int) -> bool:
     return estimate.n_processes * (half / room) ** 2 > cap
 
 
+#: What sequential confirmation does once a target is confirmed worth applying (chosen leave
+#: one workload out: every table left out gets "separate" from the other workloads, README
+#: Search; read when used, so the benchmarks can set it): "first"
+#: ends it as soon as a confirmed target's point estimate beats every open one's; "separate"
+#: goes on to tell the confirmed leader apart from the other targets while one (open or
+#: confirmed) has an interval whose optimistic end lies more than `SEPARATE_BY` below the
+#: leader's estimate (it may still be that much faster), measuring it or the leader,
+#: whichever has fewer processes (`_separate`), and ranks confirmed targets by their
+#: estimates (`results.ranking.confirmed_order`).
+CONFIRM_CONTEST = "separate"
+
+#: How much faster than the confirmed leader a target must possibly be for "separate" to
+#: measure it again: 2%, what "within 2% of the best" allows.
+SEPARATE_BY = 0.02
+
+
 def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
                     ) -> RunRecord | None:
     """Which of `targets` (search runs) to measure once more in sequential confirmation, or
@@ -241,20 +257,56 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     confs = Confirmations.of(runs)
     floor = 1 - max(NOT_WORTH, MIN_GAIN)
     confirmed = math.inf
-    open_: list[tuple[float, int, RunRecord]] = []
+    open_: list[_Entry] = []
+    rivals: list[_Entry] = []  # confirmed: the leader and those it must be told apart from
     for i, target in enumerate(targets):
         conf = confs.of_run(target)
         if conf is None or conf.estimate is None or conf.same_program:
             continue
+        entry = _Entry(conf.estimate.ratio, i, conf.estimate.low, conf.runs, target)
         if conf.recommendable:
             confirmed = min(confirmed, conf.estimate.ratio)
+            if conf.runs < cap:
+                rivals.append(entry)
         elif ((conf.estimate.high >= 1 - MIN_GAIN or not conf.enough_runs)
               and conf.estimate.low < floor
               and conf.numerics_failures == 0 and conf.runs < cap
               and not cannot_confirm_by(conf.estimate, cap)):
-            open_.append((conf.estimate.ratio, i, target))
-    best = min(open_, default=None, key=lambda item: item[:2])
-    return best[2] if best is not None and best[0] < confirmed else None
+            open_.append(entry)
+    if CONFIRM_CONTEST == "separate" and confirmed < math.inf:
+        return _separate(open_, rivals, confirmed)
+    best = min(open_, default=None, key=lambda e: (e.ratio, e.index))
+    return best.target if best is not None and best.ratio < confirmed else None
+
+
+def _separate(open_: list[_Entry], rivals: list[_Entry], leader: float) -> RunRecord | None:
+    """`sequential_next` under `CONFIRM_CONTEST` "separate", once a target is confirmed
+    with estimate `leader`: the contender is the target with the best estimate among
+    those (open, or confirmed but not the leader) whose interval reaches more than
+    `SEPARATE_BY` below `leader`; of it and the leader (`rivals` holds the confirmed under
+    the cap), the one with fewer processes is measured, so a leader lucky in its few
+    processes is measured too. None: the leader is told apart, or all are at the cap."""
+    bar = leader * (1 - SEPARATE_BY)  # a target may be that much faster than the leader
+    contenders = [e for e in open_ if e.ratio < leader or e.low < bar]
+    contenders += [e for e in rivals if e.ratio > leader and e.low < bar]
+    contender = min(contenders, default=None, key=lambda e: (e.ratio, e.index))
+    if contender is None:
+        return None
+    first = min((e for e in rivals if e.ratio == leader), default=None, key=lambda e: e.index)
+    return first.target if first is not None and first.runs < contender.runs \
+        else contender.target
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A target of `sequential_next`: its estimate, place among the targets, the
+    estimate's optimistic end, its confirmation runs, and the target."""
+
+    ratio: float
+    index: int
+    low: float
+    runs: int
+    target: RunRecord
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:

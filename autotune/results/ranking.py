@@ -184,7 +184,9 @@ def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None) -> 
     """`ranked(runs)` reordered by what the confirmation phase found, in tiers.
 
     1. confirmed faster with the numerics guard passed, by the lower end of the
-       speedup interval (the gain the evidence guarantees), largest first;
+       speedup interval (the gain the evidence guarantees), largest first (under
+       `CONFIRM_CONTEST` "separate", which measures them until they are told apart: by
+       the estimate, fastest first);
     2. no measurable gain (an interval holding 1.0, or the baseline's program),
        by the confirmed ratio;
     3. not confirmed, in the search's order;
@@ -208,6 +210,8 @@ def _tier_key(run: RunRecord, conf: Confirmation | None) -> tuple[int, float]:
     if conf.numerics_failures or (estimate is None and not conf.same_program):
         return (4, 0.0)
     if conf.recommendable and estimate is not None:
+        if _confirmation.CONFIRM_CONTEST == "separate":  # told apart: the best estimate
+            return (0, estimate.ratio)
         return (0, -estimate.speedup_interval[0])
     ratio = estimate.ratio if estimate is not None else 1.0
     return (3, ratio) if conf.verdict() == "slower" else (1, ratio)
