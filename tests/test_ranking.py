@@ -940,6 +940,10 @@ def test_the_separate_contest_measures_a_confirmed_rival_until_it_is_told_apart(
     assert rival_conf.estimate.ratio > 0.905 and rival_conf.estimate.low < 0.905 * 0.98
     monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
     assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is rival
+    alone = Runs()
+    alone.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(alone, 1, {LEVEL: 1}, 0.8, [0.84, 0.97, 0.86, 0.98])  # wide, and no rival
+    assert confirmation.sequential_next(alone.runs, _targets(alone), cap=16) is None
     monkeypatch.setattr(confirmation, "SEPARATE_BY", 0.2)  # nothing can be 20% faster
     assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is None
     monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
