@@ -965,6 +965,8 @@ def test_the_separate_contest_measures_a_leader_with_fewer_processes_than_its_co
     assert confirmation.sequential_next(s.runs, [leader, rival], cap=6) is None  # rival capped
     confirmed(s, 3, {LEVEL: 2}, 0.8, [0.84, 0.97, 0.86])  # open, 3: the contender now
     assert confirmation.sequential_next(s.runs, _targets(s), cap=16) is _targets(s)[2]
+    # the leader at the cap: the contender under it is still measured
+    assert confirmation.sequential_next(s.runs, _targets(s), cap=4) is _targets(s)[2]
 
 
 def test_the_separate_contest_ranks_confirmed_configurations_by_their_estimate(monkeypatch):
@@ -978,6 +980,10 @@ def test_the_separate_contest_ranks_confirmed_configurations_by_their_estimate(m
     assert [r.trial_number for r, _ in confirmed_order(s.runs)] == [1, 2]  # by the bound
     monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
     assert [r.trial_number for r, _ in confirmed_order(s.runs)] == [2, 1]  # by the estimate
+    assert recommend(s.runs).run.trial_number == 2
+    # a wide interval holding 1.0 with a better estimate ranks after every confirmed gain
+    confirmed(s, 3, {LEVEL: 2}, 0.8, [0.60, 1.30, 0.62, 1.25])
+    assert [r.trial_number for r, _ in confirmed_order(s.runs)][:2] == [2, 1]
     assert recommend(s.runs).run.trial_number == 2
 
 
@@ -1061,6 +1067,19 @@ def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics(
     unconfirmed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     unconfirmed.add(Role.SEARCH, {FAST: True}, 0.8, trial=1)  # not confirmed yet
     assert sequential_next(unconfirmed.runs, _targets(unconfirmed), cap=16) is None
+    slight = Runs()  # faster, never by 1%: its whole interval above 0.99
+    slight.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(slight, 1, {FAST: True}, 0.8, [0.992, 0.995, 0.993, 0.996])
+    [only] = _targets(slight)
+    assert only.trial_number == 1
+    assert 0.99 <= confirmation(slight.runs, only).estimate.low  # type: ignore[union-attr]
+    assert sequential_next(slight.runs, [only], cap=16) is None
+    reaching = Runs()  # its interval reaches up to 1.0 over 4 processes: open
+    reaching.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(reaching, 1, {FAST: True}, 0.8, [0.95, 1.00, 0.96, 0.99])
+    [target] = _targets(reaching)
+    assert confirmation(reaching.runs, target).estimate.high < 1.01  # type: ignore[union-attr]
+    assert sequential_next(reaching.runs, [target], cap=16) is target
 
 
 def test_a_gain_confirmed_in_too_few_processes_is_measured_again_not_recommended(
