@@ -253,6 +253,8 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     confirmation; a weaker one does not stop a better open one from being confirmed
     over it. A target at the cap keeps its
     interval: it is not recommended (`recommend` needs the interval below 1.0).
+    Under `CONFIRM_CONTEST` "separate" (as shipped) a confirmed leader does not end it
+    while another target may still be `SEPARATE_BY` faster (`_separate`).
     """
     confs = Confirmations.of(runs)
     floor = 1 - max(NOT_WORTH, MIN_GAIN)
