@@ -221,7 +221,7 @@ def best(
 ) -> None:
     """Show the best configurations of a study against its baseline, and the recommendation.
 
-    Ranked confirmed-faster first (by the lower end of the interval), then no
+    Ranked confirmed-faster first (by the confirmed estimate), then no
     measurable gain, then not confirmed; autotune recommends a configuration
     only when confirmation measured it faster and the numerics guard passed.
     A study measured in several environments is ranked in each against its
