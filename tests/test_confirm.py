@@ -179,9 +179,11 @@ def test_four_processes_cannot_confirm_a_gain_that_sequential_confirmation_can(t
     real = _confirmation(store, REAL)
     assert real.recommendable and 4 < real.runs <= 16
     assert recommend(store.runs("s")).run.flags == REAL
-    # it ended as soon as the leader was confirmed: the last process measured it
-    assert replay.launched[-1] == REAL and len(replay.launched) == 8 + (real.runs - 4) + (
-        _confirmation(store, LUCKY).runs - 4)
+    # every process after the rounds measured one of the two, and the rest was left alone
+    # (under `SEPARATE_AGAINST` 0.5 the no-gain one may be measured after the leader is
+    # confirmed, while the leader's interval still leaves it room to be 2% faster)
+    assert len(replay.launched) == 8 + (real.runs - 4) + (_confirmation(store, LUCKY).runs - 4)
+    assert _confirmation(store, LUCKY).runs <= 16
 
 
 def test_sequential_confirmation_stops_at_its_cap_and_recommends_nothing(tmp_path,

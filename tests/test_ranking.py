@@ -969,6 +969,34 @@ def test_the_separate_contest_measures_a_leader_with_fewer_processes_than_its_co
     assert confirmation.sequential_next(s.runs, _targets(s), cap=4) is _targets(s)[2]
 
 
+def test_separate_against_the_leaders_bound_measures_a_leader_confirmed_on_lucky_processes(
+        monkeypatch):
+    from autotune.results import confirmation
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True}, 0.8, [0.84, 0.95, 0.86, 0.94])  # the leader: wide, 4
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.89, 1.00, 0.90, 0.99, 0.91])  # open: worse, 5
+    leader, contender = _targets(s)
+    lead = confirmation.confirmation(s.runs, leader).estimate
+    other = confirmation.confirmation(s.runs, contender).estimate
+    assert confirmation.confirmation(s.runs, leader).recommendable
+    assert not confirmation.confirmation(s.runs, contender).recommendable
+    # not 2% faster than the leader's estimate, but than its pessimistic end
+    assert lead.ratio * 0.98 < other.low < lead.high * 0.98 and other.ratio > lead.ratio
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "separate")
+    assert confirmation.SEPARATE_AGAINST == 0.5  # as shipped: half way to the bound
+    assert confirmation.sequential_next(s.runs, [leader, contender], cap=16) is leader
+    monkeypatch.setattr(confirmation, "SEPARATE_AGAINST", 0.0)  # against the estimate
+    assert confirmation.sequential_next(s.runs, [leader, contender], cap=16) is None
+    monkeypatch.setattr(confirmation, "SEPARATE_AGAINST", 1.0)  # against the bound
+    assert confirmation.sequential_next(s.runs, [leader, contender], cap=16) is leader
+    monkeypatch.setattr(confirmation, "SEPARATE_AGAINST", 0.5)  # half way: still reaches
+    assert confirmation.sequential_next(s.runs, [leader, contender], cap=16) is leader
+    monkeypatch.setattr(confirmation, "CONFIRM_CONTEST", "first")
+    assert confirmation.sequential_next(s.runs, [leader, contender], cap=16) is None
+
+
 def test_the_separate_contest_ranks_confirmed_configurations_by_their_estimate(monkeypatch):
     from autotune.results import confirmation
 

@@ -237,6 +237,15 @@ CONFIRM_CONTEST = "separate"
 #: measure it again: 2%, what "within 2% of the best" allows.
 SEPARATE_BY = 0.02
 
+#: What a target's optimistic end is held against under "separate": the confirmed
+#: leader's point estimate moved this far (in log space, as a share from 0 to 1) towards
+#: the pessimistic end of its interval. 0: the estimate; 1: the end (LUCB's rule: the
+#: leader is told apart only once its own interval leaves no other target `SEPARATE_BY`
+#: faster). Half way, a leader confirmed on a few lucky processes is measured on until
+#: its interval narrows. Chosen leave one workload out from 0, 0.5 and 1 (README,
+#: Search); read when used, so the benchmarks can set it.
+SEPARATE_AGAINST = 0.5
+
 
 def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
                     ) -> RunRecord | None:
@@ -258,16 +267,18 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     """
     confs = Confirmations.of(runs)
     floor = 1 - max(NOT_WORTH, MIN_GAIN)
-    confirmed = math.inf
+    leader: _Entry | None = None  # the confirmed target with the best estimate
     open_: list[_Entry] = []
     rivals: list[_Entry] = []  # confirmed: the leader and those it must be told apart from
     for i, target in enumerate(targets):
         conf = confs.of_run(target)
         if conf is None or conf.estimate is None or conf.same_program:
             continue
-        entry = _Entry(conf.estimate.ratio, i, conf.estimate.low, conf.runs, target)
+        entry = _Entry(conf.estimate.ratio, i, conf.estimate.low, conf.runs, target,
+                       conf.estimate.high)
         if conf.recommendable:
-            confirmed = min(confirmed, conf.estimate.ratio)
+            if leader is None or entry.ratio < leader.ratio:
+                leader = entry
             if conf.runs < cap:
                 rivals.append(entry)
         elif ((conf.estimate.high >= 1 - MIN_GAIN or not conf.enough_runs)
@@ -275,20 +286,25 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
               and conf.numerics_failures == 0 and conf.runs < cap
               and not cannot_confirm_by(conf.estimate, cap)):
             open_.append(entry)
-    if CONFIRM_CONTEST == "separate" and confirmed < math.inf:
-        return _separate(open_, rivals, confirmed)
+    if CONFIRM_CONTEST == "separate" and leader is not None:
+        return _separate(open_, rivals, leader)
+    confirmed = math.inf if leader is None else leader.ratio
     best = min(open_, default=None, key=lambda e: (e.ratio, e.index))
     return best.target if best is not None and best.ratio < confirmed else None
 
 
-def _separate(open_: list[_Entry], rivals: list[_Entry], leader: float) -> RunRecord | None:
-    """`sequential_next` under `CONFIRM_CONTEST` "separate", once a target is confirmed
-    with estimate `leader`: the contender is the target with the best estimate among
-    those (open, or confirmed but not the leader) whose interval reaches more than
-    `SEPARATE_BY` below `leader`; of it and the leader (`rivals` holds the confirmed under
-    the cap), the one with fewer processes is measured, so a leader lucky in its few
-    processes is measured too. None: the leader is told apart, or all are at the cap."""
-    bar = leader * (1 - SEPARATE_BY)  # a target may be that much faster than the leader
+def _separate(open_: list[_Entry], rivals: list[_Entry], best: _Entry) -> RunRecord | None:
+    """`sequential_next` under `CONFIRM_CONTEST` "separate", once a target is confirmed,
+    `best` the confirmed one with the best estimate: the contender is the target with the
+    best estimate among those (open, or confirmed but not the leader) whose interval
+    reaches more than `SEPARATE_BY` below the leader's estimate, moved `SEPARATE_AGAINST`
+    of the way to its interval's pessimistic end; of it and the leader
+    (`rivals` holds the confirmed under the cap), the one with fewer processes is
+    measured, so a leader lucky in its few processes is measured too. None: the leader is
+    told apart, or all are at the cap."""
+    leader = best.ratio
+    against = leader * (best.high / leader) ** SEPARATE_AGAINST
+    bar = against * (1 - SEPARATE_BY)  # a target may be that much faster than the leader
     contenders = [e for e in open_ if e.ratio < leader or e.low < bar]
     contenders += [e for e in rivals if e.ratio > leader and e.low < bar]
     contender = min(contenders, default=None, key=lambda e: (e.ratio, e.index))
@@ -302,13 +318,15 @@ def _separate(open_: list[_Entry], rivals: list[_Entry], leader: float) -> RunRe
 @dataclass(frozen=True)
 class _Entry:
     """A target of `sequential_next`: its estimate, place among the targets, the
-    estimate's optimistic end, its confirmation runs, and the target."""
+    estimate's optimistic end, its confirmation runs, the target, and the estimate's
+    pessimistic end."""
 
     ratio: float
     index: int
     low: float
     runs: int
     target: RunRecord
+    high: float = math.inf
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:
