@@ -326,7 +326,7 @@ class _Entry:
     low: float
     runs: int
     target: RunRecord
-    high: float = math.inf
+    high: float
 
 
 def baseline_trial(runs: list[RunRecord]) -> int | None:
