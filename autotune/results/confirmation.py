@@ -298,10 +298,11 @@ def _separate(open_: list[_Entry], rivals: list[_Entry], best: _Entry) -> RunRec
     `best` the confirmed one with the best estimate: the contender is the target with the
     best estimate among those (open, or confirmed but not the leader) whose interval
     reaches more than `SEPARATE_BY` below the leader's estimate, moved `SEPARATE_AGAINST`
-    of the way to its interval's pessimistic end; of it and the leader
-    (`rivals` holds the confirmed under the cap), the one with fewer processes is
-    measured, so a leader lucky in its few processes is measured too. None: the leader is
-    told apart, or all are at the cap."""
+    of the way to its interval's pessimistic end; of it and the leader, the one with
+    fewer processes is measured, so a leader lucky in its few processes is measured too
+    (a contender is under the cap, so a leader with fewer processes is too). `rivals`
+    holds the confirmed under the cap. None: the leader is told apart, or all are at the
+    cap."""
     leader = best.ratio
     against = leader * (best.high / leader) ** SEPARATE_AGAINST
     bar = against * (1 - SEPARATE_BY)  # a target may be that much faster than the leader
@@ -310,9 +311,7 @@ def _separate(open_: list[_Entry], rivals: list[_Entry], best: _Entry) -> RunRec
     contender = min(contenders, default=None, key=lambda e: (e.ratio, e.index))
     if contender is None:
         return None
-    first = min((e for e in rivals if e.ratio == leader), default=None, key=lambda e: e.index)
-    return first.target if first is not None and first.runs < contender.runs \
-        else contender.target
+    return best.target if best.runs < contender.runs else contender.target
 
 
 @dataclass(frozen=True)
