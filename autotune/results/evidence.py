@@ -38,7 +38,8 @@ from autotune.rules.stats import RatioEstimate, paired_ratio
 #: Observations (timed processes) a program needs before it may be called best.
 #: Three: the median of three processes is the smallest sample whose median
 #: one lucky process cannot set. Chosen on the choose seeds of
-#: `benchmarks/scripts/search_efficiency.py` (see the README's Search section).
+#: `benchmarks/scripts/search_efficiency.py`, and kept when chosen again leave one
+#: workload out from 2, 3 and 5 (docs/SEARCH_EVIDENCE.md, the racing bar, again).
 BACKED_BY = 3
 
 #: How the search races: "backed" (the leader until it has `BACKED_BY` observations) or
