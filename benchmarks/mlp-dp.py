@@ -91,25 +91,25 @@ def make_step(mesh: Mesh):
     )
 
 
-def init_params(key: jax.Array, cfg: dict) -> list[dict]:
-    """He-style normal initialisation of every dense layer; zero biases."""
+def init_params(rng: np.random.Generator, cfg: dict) -> list[dict]:
+    """He-style normal initialisation of every dense layer; zero biases (host-side:
+    `jax.random` compiles its generator op by op, seconds of every trial process)."""
     widths = [cfg["features"], *[cfg["hidden"]] * cfg["layers"], cfg["classes"]]
-    keys = jax.random.split(key, len(widths) - 1)
     return [
         {
-            "w": jax.random.normal(k, (fan_in, fan_out)) * np.sqrt(2.0 / fan_in),
-            "b": jnp.zeros((fan_out,)),
+            "w": (rng.standard_normal((fan_in, fan_out), dtype=np.float32)
+                  * np.float32(np.sqrt(2.0 / fan_in))),
+            "b": np.zeros((fan_out,), np.float32),
         }
-        for k, fan_in, fan_out in zip(keys, widths[:-1], widths[1:], strict=True)
+        for fan_in, fan_out in zip(widths[:-1], widths[1:], strict=True)
     ]
 
 
-def make_batch(key: jax.Array, cfg: dict) -> tuple[jax.Array, jax.Array]:
+def make_batch(rng: np.random.Generator, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian inputs and the labels a fixed random linear teacher gives them."""
-    key_x, key_t = jax.random.split(key)
-    x = jax.random.normal(key_x, (cfg["batch"], cfg["features"]))
-    teacher = jax.random.normal(key_t, (cfg["features"], cfg["classes"]))
-    labels = jnp.argmax(x @ teacher, axis=-1).astype(jnp.int32)
+    x = rng.standard_normal((cfg["batch"], cfg["features"]), dtype=np.float32)
+    teacher = rng.standard_normal((cfg["features"], cfg["classes"]), dtype=np.float32)
+    labels = np.argmax(x @ teacher, axis=-1).astype(np.int32)
     return x, labels
 
 
@@ -137,9 +137,9 @@ def workload(preset: str = "small") -> Workload:
     devices = jax.devices()
     cfg = resolve_config(preset, len(devices))
     mesh = Mesh(np.array(devices), (AXIS,))
-    param_key, data_key = jax.random.split(jax.random.PRNGKey(SEED))
-    params = jax.device_put(init_params(param_key, cfg), NamedSharding(mesh, P()))
-    batch = jax.device_put(make_batch(data_key, cfg), NamedSharding(mesh, P(AXIS)))
+    rng = np.random.default_rng(SEED)
+    params = jax.device_put(init_params(rng, cfg), NamedSharding(mesh, P()))
+    batch = jax.device_put(make_batch(rng, cfg), NamedSharding(mesh, P(AXIS)))
     count = int(sum(leaf.size for leaf in jax.tree.leaves(params)))
     meta = dict(cfg, preset=preset, device_count=len(devices), parameter_count=count)
     return Workload(step=make_step(mesh), args=(params, *batch), name=f"mlp-dp-{preset}", meta=meta)

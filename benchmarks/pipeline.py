@@ -103,22 +103,22 @@ def make_step(mesh: Mesh, weight_specs: dict):
     )
 
 
-def init_weights(key: jax.Array, n_stages: int, cfg: dict) -> dict:
-    """Per-stage block weights stacked along a leading stage dimension."""
+def init_weights(rng: np.random.Generator, n_stages: int, cfg: dict) -> dict:
+    """Per-stage block weights stacked along a leading stage dimension (host-side: not
+    `jax.random`, which compiles its generator op by op in every trial process)."""
     d, f = cfg["d_model"], cfg["d_ff"]
-    k1, k2 = jax.random.split(key)
     return {
-        "w1": INIT_SCALE * jax.random.normal(k1, (n_stages, d, f)),
-        "b1": jnp.zeros((n_stages, f)),
-        "w2": INIT_SCALE * jax.random.normal(k2, (n_stages, f, d)),
+        "w1": INIT_SCALE * rng.standard_normal((n_stages, d, f), dtype=np.float32),
+        "b1": np.zeros((n_stages, f), np.float32),
+        "w2": INIT_SCALE * rng.standard_normal((n_stages, f, d), dtype=np.float32),
     }
 
 
-def make_data(key: jax.Array, cfg: dict) -> tuple[jax.Array, jax.Array]:
+def make_data(rng: np.random.Generator, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian microbatched inputs and targets, (microbatches, microbatch, d_model) each."""
     shape = (cfg["microbatches"], cfg["microbatch"], cfg["d_model"])
-    k_in, k_out = jax.random.split(key)
-    return jax.random.normal(k_in, shape), jax.random.normal(k_out, shape)
+    return (rng.standard_normal(shape, dtype=np.float32),
+            rng.standard_normal(shape, dtype=np.float32))
 
 
 def workload(preset: str = "small") -> Workload:
@@ -129,12 +129,12 @@ def workload(preset: str = "small") -> Workload:
     devices = jax.devices()
     n_stages = len(devices)
     mesh = Mesh(np.array(devices), (AXIS,))
-    w_key, d_key = jax.random.split(jax.random.PRNGKey(SEED))
-    weights = init_weights(w_key, n_stages, cfg)
+    rng = np.random.default_rng(SEED)
+    weights = init_weights(rng, n_stages, cfg)
     specs = {name: P(AXIS) for name in weights}
     step = make_step(mesh, specs)
     weights = jax.device_put(weights, {n: NamedSharding(mesh, s) for n, s in specs.items()})
-    data = jax.device_put(make_data(d_key, cfg), NamedSharding(mesh, P()))
+    data = jax.device_put(make_data(rng, cfg), NamedSharding(mesh, P()))
     meta = dict(
         cfg,
         preset=preset,

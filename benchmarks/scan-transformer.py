@@ -139,18 +139,12 @@ def make_step(mesh: Mesh, specs: dict, heads: int):
     )
 
 
-def init_params(key: jax.Array, cfg: dict) -> dict:
-    """All parameters for ``cfg``; the blocks' stacked along a leading layer axis."""
-    keys = jax.random.split(key, cfg["layers"] + 2)
-    d = cfg["d_model"]
-    blocks = [init_block(k, d, cfg["d_ff"]) for k in keys[2:]]
-    return {
-        "embed": _T.INIT_SCALE * jax.random.normal(keys[0], (cfg["vocab"], d)),
-        "pos": _T.INIT_SCALE * jax.random.normal(keys[1], (cfg["seq"], d)),
-        "blocks": jax.tree.map(lambda *layers: jnp.stack(layers), *blocks),
-        "lnf_scale": jnp.ones((d,)),
-        "lnf_bias": jnp.zeros((d,)),
-    }
+def init_params(rng: np.random.Generator, cfg: dict) -> dict:
+    """All parameters for ``cfg`` (host-side, drawn as transformer's are); the blocks'
+    stacked along a leading layer axis."""
+    params = _T.init_params(rng, cfg)
+    params["blocks"] = jax.tree.map(lambda *layers: np.stack(layers), *params["blocks"])
+    return params
 
 
 def param_spec(path: tuple, leaf: jax.Array) -> P:
@@ -170,13 +164,12 @@ def workload(preset: str = "small") -> Workload:
     devices = jax.devices()
     cfg = resolve_config(preset, len(devices))
     mesh = Mesh(np.array(devices), (AXIS,))
-    param_key, data_key = jax.random.split(jax.random.PRNGKey(SEED))
-    init = functools.partial(init_params, cfg=cfg)
-    specs = jax.tree_util.tree_map_with_path(param_spec, jax.eval_shape(init, param_key))
+    rng = np.random.default_rng(SEED)
+    params = init_params(rng, cfg)
+    specs = jax.tree_util.tree_map_with_path(param_spec, params)
     step = make_step(mesh, specs, cfg["heads"])
-    # one compiled initialisation, its arrays born sharded (quicker than op by op)
-    params = jax.jit(init, out_shardings=step_shardings(mesh, specs))(param_key)
-    batch = jax.device_put(make_batch(data_key, cfg), NamedSharding(mesh, P(AXIS, None)))
+    params = jax.device_put(params, step_shardings(mesh, specs))
+    batch = jax.device_put(make_batch(rng, cfg), NamedSharding(mesh, P(AXIS, None)))
     meta = dict(cfg, preset=preset, device_count=len(devices), parameter_count=count(params))
     return Workload(step=step, args=(params, *batch), name=f"scan-transformer-{preset}",
                     meta=meta)

@@ -95,11 +95,12 @@ def resolve_config(preset: str, n_devices: int) -> tuple[int, int, int]:
 IN_SPECS = (P("x", "y"), P("y", None))
 
 
-def make_inputs(m: int, k: int, n: int) -> tuple[jax.Array, jax.Array]:
-    """Deterministic int8 ``a`` (m, k) and float32 ``b`` (k, n), not yet placed."""
-    key_a, key_b = jax.random.split(jax.random.PRNGKey(SEED))
-    a = jax.random.randint(key_a, (m, k), minval=-128, maxval=127, dtype=jnp.int8)
-    b = jax.random.normal(key_b, (k, n), dtype=jnp.float32)
+def make_inputs(m: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic int8 ``a`` (m, k) and float32 ``b`` (k, n), drawn on the host (not
+    `jax.random`, which compiles its generator op by op) and not yet placed."""
+    rng = np.random.default_rng(SEED)
+    a = rng.integers(-128, 127, size=(m, k), dtype=np.int8)
+    b = rng.standard_normal((k, n), dtype=np.float32)
     return a, b
 
 
