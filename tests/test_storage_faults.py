@@ -1,13 +1,15 @@
 """A database that fails under a study: a full disk at open and mid-study, a failure that
 reaches a command raw through Optuna. One clear line, exit 2, nothing lost (issue 31).
 
-The full disk is a tmpfs of a few hundred KiB mounted in a mount namespace (`unshare -m`,
-root): skipped, saying so, where that is not allowed.
+The full disk is a small tmpfs mounted in a mount namespace (`unshare -m`, root): too small
+for the schema at open, or filled by a file once the study has stored a few runs. Skipped,
+saying so, where that is not allowed.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -28,6 +30,7 @@ from typer.testing import CliRunner
 from autotune.cli._common import _database_failure, friendly
 from autotune.ground.errors import StorageError
 from autotune.ground.records import ClaimState, Role
+from autotune.storage import engine
 from autotune.storage.engine import HEAD_REVISION, database_failure, revision_of, what_to_do
 
 
@@ -43,17 +46,51 @@ needs_tmpfs = pytest.mark.skipif(not _tmpfs_works(), reason=(
     "needs `unshare -m` and mount (root in a mount namespace) for a small full filesystem"))
 
 
-def _study_on_a_small_disk(folder: Path, size: str, trials: int) -> subprocess.CompletedProcess:
+#: Run by `sh` beside the study: wait until the study, whose output goes to `argv[1]`,
+#: has finished trial `argv[2]` (or it, `argv[3]`, has ended), then fill the disk of its
+#: database, `argv[4]`, but for `ROOM` bytes, which its next writes outgrow. (Its
+#: progress is read from its output, not its database: a reader of that can wait on the
+#: study's locks.)
+ROOM = 24 * 1024
+_FILL_AFTER_TRIAL = """
+import os, shutil, sys, time
+out, trial, pid, folder = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+deadline = time.monotonic() + 300
+while time.monotonic() < deadline:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+        done = f"trial {trial}/" in open(out).read()
+    except OSError:
+        break
+    if state == "Z" or done:
+        break
+    time.sleep(0.1)
+try:
+    with open(os.path.join(folder, "filler"), "wb") as filler:
+        filler.write(bytes(max(0, shutil.disk_usage(folder).free - int(sys.argv[5]))))
+except OSError:
+    pass  # the study took some of that room meanwhile: the disk is full either way
+"""
+
+
+def _study_on_a_small_disk(folder: Path, size: str, trials: int,
+                           fill_after: int | None = None) -> subprocess.CompletedProcess:
     """`autotune study` with its database on a tmpfs of `size` mounted over `folder/small`;
-    the database, with its write-ahead log, is copied to `folder/kept` before the mount
-    goes."""
+    with `fill_after`, a file fills that disk but for `ROOM` bytes as soon as the study has
+    finished that trial. The database, with its write-ahead log, is copied to
+    `folder/kept` before the mount goes."""
+    db = f"{folder}/small/a.db"
     study = [sys.executable, "-m", "autotune", "study", "--space", "cpu", "--benchmark",
              "matmul", "--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1",
-             "--trials", str(trials), "--confirm", "0", "--storage",
-             f"sqlite:///{folder}/small/a.db"]
+             "--trials", str(trials), "--confirm", "0", "--storage", f"sqlite:///{db}"]
     (folder / "small").mkdir()
+    out = folder / "study.out"
+    run = " ".join(study) if fill_after is None else (
+        f"({' '.join(study)} > {out} & pid=$!; {sys.executable} -c "
+        f"{shlex.quote(_FILL_AFTER_TRIAL)} {out} {fill_after} $pid {folder}/small {ROOM}; "
+        f"wait $pid; code=$?; cat {out}; exit $code)")
     script = (f"mount -t tmpfs -o size={size} tmpfs {folder}/small && "
-              f"{' '.join(study)}; code=$?; mkdir {folder}/kept; cp {folder}/small/a.db* "
+              f"{run}; code=$?; mkdir {folder}/kept; cp {db}* "
               f"{folder}/kept/ 2>/dev/null; exit $code")
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True,
                           text=True, timeout=600,
@@ -74,11 +111,13 @@ def test_a_full_disk_at_open_is_one_line_that_says_so(tmp_path):
 @needs_tmpfs
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_study_stops_it_with_one_line_and_keeps_the_runs(tmp_path):
-    done = _study_on_a_small_disk(tmp_path, "460k", 40)
+    done = _study_on_a_small_disk(tmp_path, "4m", 40, fill_after=3)
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr[-3000:]
     assert done.stderr.startswith("error: the database")
-    assert "database or disk is full; the disk holding it is full" in done.stderr
+    # SQLite says "database or disk is full" or, some of the time, "disk I/O error";
+    # autotune then looks at the disk and says it is full
+    assert "; the disk holding it is full: free space there" in done.stderr
     kept = sqlite3.connect(tmp_path / "kept" / "a.db")
     assert kept.execute("pragma integrity_check").fetchone() == ("ok",)
     assert kept.execute("select count(*) from autotune_runs").fetchone()[0] > 3
@@ -151,10 +190,23 @@ def test_a_failure_raised_while_handling_a_stop_signal_ends_the_command_as_that_
     assert "interrupted" not in failed.output
 
 
-def test_what_to_do_follows_what_the_driver_said():
+def test_what_to_do_follows_what_the_driver_said(tmp_path):
     assert what_to_do("database or disk is full").startswith("the disk holding it is full")
     assert what_to_do("could not write: No space left on device").startswith("the disk holding")
     assert what_to_do("disk I/O error").startswith("the disk holding it could not be written")
+    assert what_to_do("disk I/O error", tmp_path).startswith(
+        "the disk holding it could not be written")  # a disk with room: not called full
+
+
+def test_a_disk_io_error_on_a_disk_without_room_is_called_full(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "FULL_BELOW_BYTES", shutil.disk_usage(tmp_path).free + 1)
+    assert what_to_do("disk I/O error", tmp_path).startswith("the disk holding it is full")
+    assert what_to_do("disk I/O error").startswith("the disk holding it could not")  # unknown
+    assert engine.sqlite_folder(f"sqlite:///{tmp_path}/a.db") == tmp_path
+    assert engine.sqlite_folder("postgresql://u:secret@h/db") is None
+    failure = database_failure(sqlite3.OperationalError("disk I/O error"),
+                               f"sqlite:///{tmp_path}/a.db")
+    assert "disk I/O error; the disk holding it is full" in str(failure)
     assert what_to_do("connection refused").startswith("check that it is reachable")
     failure = database_failure(sqlalchemy.exc.OperationalError(
         "INSERT", {}, sqlite3.OperationalError("database or disk is full")), "sqlite:///a.db")

@@ -118,7 +118,8 @@ def friendly(func: Callable[..., None]) -> Callable[..., None]:
             if isinstance(exc, AutotuneError):
                 _say_error(exc)
                 raise typer.Exit(exc.exit_code) from None
-            failure = _database_failure(exc) if isinstance(exc, Exception) else None
+            failure = _database_failure(exc, kwargs.get("storage")) \
+                if isinstance(exc, Exception) else None
             if failure is None:
                 raise
             _say_error(failure)
@@ -169,12 +170,13 @@ def _say_interrupted(signum: int, exc: BaseException) -> None:
         err.print(line, highlight=False, soft_wrap=True)
 
 
-def _database_failure(exc: BaseException) -> AutotuneError | None:
+def _database_failure(exc: BaseException, storage: object = None) -> AutotuneError | None:
     """One clear error for a database failure that reached the command raw (Optuna's
     storage calls SQLAlchemy itself: a full disk or a server gone mid-study, and cleanup
     that failed again on top of it): an AutotuneError in the exception's chain where there
     is one (autotune's own words), else the chain's first error of the database driver
-    (Optuna's wrapper only without one), as `storage.engine.database_failure` words it;
+    (Optuna's wrapper only without one), as `storage.engine.database_failure` words it,
+    naming `storage` (the command's `--storage` URL, password hidden) where it is one;
     None when the chain holds neither."""
     chain = _chain(exc)
     for link in chain:
@@ -187,9 +189,9 @@ def _database_failure(exc: BaseException) -> AutotuneError | None:
         link for link in chain if type(link).__module__.startswith("optuna.exceptions")]
     if not found:
         return None
-    from autotune.storage.engine import database_failure
+    from autotune.storage.engine import database_failure, shown_url
 
-    return database_failure(found[0])
+    return database_failure(found[0], shown_url(storage) if isinstance(storage, str) else "")
 
 
 def fmt_bytes(n: int | None) -> str:

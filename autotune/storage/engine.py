@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,11 +65,21 @@ def _reason(error: BaseException) -> str:
     return " ".join(str(orig).split()) or type(orig).__name__
 
 
-def what_to_do(reason: str) -> str:
+#: Free bytes below which the disk of a SQLite file that failed with "disk I/O error"
+#: is called full: SQLite can report a disk that filled under it as that error, not as
+#: "database or disk is full" (3 of 5 times when `tests/test_storage_faults.py` filled a
+#: study's disk mid-study, 2026-11-29).
+FULL_BELOW_BYTES = 1 << 20
+
+
+def what_to_do(reason: str, folder: Path | None = None) -> str:
     """What a user can do about a database failure whose driver said `reason`: free space
-    where the disk is full, look at a disk that failed, else check the server."""
+    where the disk is full, look at a disk that failed, else check the server. `folder`,
+    where the database is a SQLite file: a disk I/O error there with under
+    `FULL_BELOW_BYTES` free is a full disk."""
     lowered = reason.lower()
-    if "disk is full" in lowered or "no space left" in lowered:
+    if "disk is full" in lowered or "no space left" in lowered or (
+            "disk i/o error" in lowered and _nearly_full(folder)):
         return ("the disk holding it is full: free space there, or give --storage a place "
                 "with room, and run the same command again; what was stored is kept")
     if "disk i/o error" in lowered or "readonly database" in lowered:
@@ -77,12 +88,42 @@ def what_to_do(reason: str) -> str:
     return "check that it is reachable and run the same command again; what was stored is kept"
 
 
+def _nearly_full(folder: Path | None) -> bool:
+    """Whether the disk of `folder` has under `FULL_BELOW_BYTES` free (False if unknown)."""
+    if folder is None:
+        return False
+    try:
+        return shutil.disk_usage(folder).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
+
+
+def shown_url(url: str) -> str:
+    """`url` as messages show it: its password hidden ("" where it does not parse)."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (exc.ArgumentError, ValueError):
+        return ""
+
+
+def sqlite_folder(shown: str) -> Path | None:
+    """The folder of the SQLite file a database URL names (None for any other URL)."""
+    try:
+        url = make_url(shown)
+    except (exc.ArgumentError, ValueError):
+        return None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(str(url.database)).absolute().parent
+
+
 def database_failure(error: BaseException, shown: str = "") -> StorageError:
     """One clear StorageError for a failed database call (SQLAlchemy's, or Optuna's over
-    it): the driver's reason and what to do (`what_to_do`); `shown` names the database."""
+    it): the driver's reason and what to do (`what_to_do`); `shown` names the database
+    (its URL: a SQLite file's folder is looked at for a full disk)."""
     reason = _reason(error)
     where = f"the database {shown}" if shown else "the database"
-    return StorageError(f"{where} failed: {reason}; {what_to_do(reason)}")
+    return StorageError(f"{where} failed: {reason}; {what_to_do(reason, sqlite_folder(shown))}")
 
 
 def _parse_url(url: str) -> URL:
@@ -366,7 +407,7 @@ def _open_schema(engine: Engine, shown: str, upgrade: bool, foreign_ok: bool = F
                 reason = _reason(error)
                 raise StorageError(
                     f"cannot open the database {shown}: {reason}; " + (
-                        what_to_do(reason) if "disk" in reason.lower() else
+                        what_to_do(reason, sqlite_folder(shown)) if "disk" in reason.lower() else
                         f"check that the database is reachable and the URL is right "
                         f"({URL_HINT})")
                 ) from error
