@@ -21,8 +21,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
     Set for the whole session (module-scoped fixtures start trials too).
     """
-    # A probe cache of this session only: tests never read a user's ~/.cache.
-    os.environ["AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-test-cache-")
+    # A probe cache of this session only: tests never read a user's ~/.cache. The
+    # xdist workers of one run share it (each probe and flag list is then made once per
+    # run, not once per worker; the cache is written atomically or read as missing).
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run:
+        cache = Path(tempfile.gettempdir()) / f"autotune-test-cache-{run}"
+        cache.mkdir(exist_ok=True)
+        os.environ["AUTOTUNE_CACHE_DIR"] = str(cache)
+    else:
+        os.environ["AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-test-cache-")
     path = os.environ.get("PYTHONPATH", "")
     if str(ROOT) not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)

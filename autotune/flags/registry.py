@@ -10,7 +10,8 @@ flags), so the list is found in two steps, neither importing jax in this process
    `XLA_FLAGS`. XLA names each value it cannot parse (a known flag), then, once
    those are left out, lists every name it does not know at once; a start with
    what is left proves the rest known. A parser that fails without naming its
-   flag is found by halving the batch. A few dozen children at most.
+   flag is found by halving the batch; the halves are asked at once, a child per
+   CPU (up to 8). 239 children in 11 rounds with jaxlib 0.10.2 (23 such flags).
 
 The answer is cached per jaxlib version and interpreter, like the probe's.
 """
@@ -24,6 +25,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -107,9 +109,11 @@ def known_flags(python: str | None = None, *, cache_dir: Path | None = None,
         except (OSError, ValueError, TypeError, KeyError):
             pass
     found = _ask(python, timeout_s, version)
-    try:
+    try:  # atomically: another process may read it meanwhile
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(found)), encoding="utf-8")
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(asdict(found)), encoding="utf-8")
+        os.replace(partial, path)
     except OSError:
         pass  # a cache that cannot be written costs only a new answer
     return found
@@ -127,32 +131,57 @@ def _ask(python: str, timeout_s: float, version: str) -> KnownFlags:
 
 
 def _settle(python: str, timeout_s: float, version: str, candidates: list[str]) -> KnownFlags:
-    """Sort `candidates` into known and unknown by starting children (see the module)."""
+    """Sort `candidates` into known and unknown by starting children (see the module).
+
+    The batches waiting at once (the two halves of a silent failure, and what is left of
+    each) are independent: each round starts them together, `_parallel()` at a time.
+    """
     known: set[str] = set()
     queue, runs = [set(candidates)], 0
-    while queue:
-        batch = queue.pop()
-        runs += 1
-        if runs > MAX_RUNS:
-            raise ProbeError(f"XLA's answers did not settle in {MAX_RUNS} runs")
-        with tempfile.TemporaryDirectory(prefix="autotune-flags-") as tmp:
-            done = _child(python, _START, {n: "1" for n in sorted(batch)}, timeout_s, Path(tmp))
-        if done.returncode == 0:
-            known |= batch
-            continue
-        unknown = {n.lstrip("-").partition("=")[0] for m in _UNKNOWN.finditer(done.stderr)
-                   for n in m.group(1).split()} & batch
-        rejected = set(_BAD_VALUE.findall(done.stderr)) & batch
-        known |= rejected  # XLA parsed the name: a value it refuses is a known flag's
-        rest = batch - unknown - rejected
-        if unknown or rejected:
-            queue += [rest] if rest else []
-        elif len(batch) == 1:
-            known |= batch  # parsing failed on its value alone, without words: known
-        else:  # a parser failed without naming its flag: halve the batch to find it
-            ordered = sorted(batch)
-            queue += [set(ordered[:len(ordered) // 2]), set(ordered[len(ordered) // 2:])]
+    with ThreadPoolExecutor(max_workers=_parallel()) as pool:
+        while queue:
+            batches, queue = queue, []
+            runs += len(batches)
+            if runs > MAX_RUNS:
+                raise ProbeError(f"XLA's answers did not settle in {MAX_RUNS} runs")
+            for batch, done in zip(batches, pool.map(
+                    lambda b: _start(python, b, timeout_s), batches), strict=True):
+                found, rest = _sorted_out(batch, done)
+                known |= found
+                queue += rest
     return KnownFlags(version, tuple(sorted(known)), len(candidates), runs)
+
+
+def _parallel() -> int:
+    """Children started at once: the CPUs this process may use, up to 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+def _start(python: str, batch: set[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """A child that makes XLA parse every name of `batch` set to `1`."""
+    with tempfile.TemporaryDirectory(prefix="autotune-flags-") as tmp:
+        return _child(python, _START, {n: "1" for n in sorted(batch)}, timeout_s, Path(tmp))
+
+
+def _sorted_out(batch: set[str], done: subprocess.CompletedProcess[str]
+                ) -> tuple[set[str], list[set[str]]]:
+    """What XLA's answer to `batch` proves known, and the batches still to ask about."""
+    if done.returncode == 0:
+        return batch, []
+    unknown = {n.lstrip("-").partition("=")[0] for m in _UNKNOWN.finditer(done.stderr)
+               for n in m.group(1).split()} & batch
+    rejected = set(_BAD_VALUE.findall(done.stderr)) & batch  # XLA parsed the name: known
+    rest = batch - unknown - rejected
+    if unknown or rejected:
+        return rejected, [rest] if rest else []
+    if len(batch) == 1:
+        return batch, []  # parsing failed on its value alone, without words: known
+    ordered = sorted(batch)  # a parser failed without naming its flag: halve the batch
+    return set(), [set(ordered[:len(ordered) // 2]), set(ordered[len(ordered) // 2:])]
 
 
 def _child(python: str, code: str, flags: dict[str, str], timeout_s: float,
