@@ -150,7 +150,7 @@ def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
     """``INIT_SCALE`` times standard normal float32 values, drawn on the host.
 
     NumPy, not `jax.random`: JAX compiles its generator op by op, which cost this
-    tiny preset's trial processes about 3.5 s each on a 2-core CPU. The values are
+    tiny preset's trial processes about 4 s each on a 2-core CPU. The values are
     the step's inputs, so its program is the same either way.
     """
     return INIT_SCALE * rng.standard_normal(shape, dtype=np.float32)
