@@ -189,9 +189,9 @@ def _database_failure(exc: BaseException, storage: object = None) -> AutotuneErr
         link for link in chain if type(link).__module__.startswith("optuna.exceptions")]
     if not found:
         return None
-    from autotune.storage.engine import database_failure, shown_url
+    from autotune.storage.engine import database_failure, mask_url
 
-    return database_failure(found[0], shown_url(storage) if isinstance(storage, str) else "")
+    return database_failure(found[0], mask_url(storage) if isinstance(storage, str) else "")
 
 
 def fmt_bytes(n: int | None) -> str:

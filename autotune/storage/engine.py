@@ -54,7 +54,7 @@ _T = TypeVar("_T")
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*@")
 
 
-def _mask(url: str) -> str:
+def mask_url(url: str) -> str:
     """The URL as the user typed it, password replaced by ***."""
     return _PASSWORD.sub(r"\1***@", url)
 
@@ -98,23 +98,13 @@ def _nearly_full(folder: Path | None) -> bool:
         return False
 
 
-def shown_url(url: str) -> str:
-    """`url` as messages show it: its password hidden ("" where it does not parse)."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (exc.ArgumentError, ValueError):
-        return ""
-
-
 def sqlite_folder(shown: str) -> Path | None:
     """The folder of the SQLite file a database URL names (None for any other URL)."""
     try:
         url = make_url(shown)
     except (exc.ArgumentError, ValueError):
         return None
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return None
-    return Path(str(url.database)).absolute().parent
+    return Path(str(url.database)).absolute().parent if sqlite_file(url) else None
 
 
 def database_failure(error: BaseException, shown: str = "") -> StorageError:
@@ -132,7 +122,7 @@ def _parse_url(url: str) -> URL:
     except (exc.ArgumentError, ValueError) as error:  # ValueError: e.g. a port that is no number
         detail = "" if isinstance(error, exc.ArgumentError) else f" ({error})"
         raise StorageError(
-            f"invalid storage URL {_mask(url)!r}: it does not parse as a database URL{detail}; "
+            f"invalid storage URL {mask_url(url)!r}: it does not parse as a database URL{detail}; "
             f"{URL_HINT}"
         ) from error
     return _with_installed_driver(parsed)
