@@ -287,6 +287,32 @@ def test_a_download_is_byte_identical_to_autotune_export(client: TestClient, db:
             assert client.get(path).content == target.read_bytes(), path
 
 
+def test_a_polling_page_starts_from_the_version_it_shows(client: TestClient, db: str):
+    """Each page that polls carries the version it was computed at (`data-version`): a
+    page that learned it from its first poll never showed a run stored between its
+    rendering and that poll (the browser test's page stuck on a study's last change)."""
+    pages = {"/": "/api/version", "/study/s": "/api/study/s/version",
+             "/study/s/trial/2": "/api/study/s/version", "/runs/s": "/api/study/s/version"}
+
+    def shown() -> dict[str, str]:
+        found = {}
+        for path in pages:
+            version = re.search(r'data-version="([^"]*)"', client.get(path).text)
+            assert version is not None, path
+            found[path] = version.group(1)
+        return found
+
+    before = shown()
+    for path, api in pages.items():
+        assert before[path] == client.get(api).json()["version"], path
+    with Store.open(db) as store:
+        store.record_run("s", 4, Role.SEARCH, {FAST: False}, {},
+                         TrialOutcome(OutcomeKind.OK, "", paired(1.0, "base")), HOST)
+    for path, api in pages.items():  # an open page's poll now sees another version
+        assert client.get(api).json()["version"] != before[path], path
+    assert shown() == {path: client.get(api).json()["version"] for path, api in pages.items()}
+
+
 def test_the_version_changes_when_a_run_is_stored(client: TestClient, db: str):
     before = client.get("/api/study/s/version").json()["version"]
     assert client.get("/api/study/s/version").json()["version"] == before

@@ -383,9 +383,10 @@ def test_the_page_refreshes_while_a_study_runs(browser: Any, server: str, db: st
         p.page.goto(server + f"/study/{NAME}", wait_until="networkidle")
         p.page.evaluate("window.autotuneMark = 1")  # gone once the page reloads
         runs = p.page.locator("#progress td.num").first.inner_text()
-        study = subprocess.Popen(
-            [*CLI, *STUDY, "--trials", "5", "--storage", db],
-            cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = folder / "refresh-study.log"
+        with log.open("w") as out:
+            study = subprocess.Popen([*CLI, *STUDY, "--trials", "5", "--storage", db],
+                                     cwd=folder, stdout=out, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
@@ -397,8 +398,12 @@ def test_the_page_refreshes_while_a_study_runs(browser: Any, server: str, db: st
                 except Exception:  # noqa: BLE001 (the page is reloading right now)
                     continue
             else:
-                pytest.fail("the page did not refresh while the study ran")
+                pytest.fail(f"the page did not refresh while the study ran (study exit "
+                            f"{study.poll()}, page version "
+                            f"{p.page.evaluate('document.body.dataset.version')!r}, server's "
+                            f"{urlopen(server + f'/api/study/{NAME}/version').read()!r}):\n"
+                            + log.read_text()[-3000:])
         finally:
             study.wait(timeout=600)
-        assert study.returncode == 0
+        assert study.returncode == 0, log.read_text()[-3000:]
         assert p.errors == []

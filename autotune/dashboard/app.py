@@ -278,18 +278,35 @@ def _record_or_404(reader: Reader, name: str) -> StudyRecord:
 
 
 def studies_page(request: Request) -> Response:
+    version = _studies_version(_reader(request).store)  # before the rows: see `_polled`
     rows = _reader(request).studies()
     return HTMLResponse(page_html("studies.html", studies=rows, refresh_s=_refresh(request),
-                                  poll=request.url_for("api_version").path))
+                                  poll=request.url_for("api_version").path, version=version))
 
 
 def study_page(request: Request) -> Response:
     name = _name(request)
     reader = _reader(request)
-    _record_or_404(reader, name)
+    polled = _polled(request, name)
     return HTMLResponse(page_html("study.html", page=reader.study(name),
-                                  refresh_s=_refresh(request),
-                                  poll=_version_path(request, name)))
+                                  refresh_s=_refresh(request), **polled))
+
+
+def _polled(request: Request, name: str) -> dict[str, Any]:
+    """What a page of study `name` polls (`poll`) and the version it starts from
+    (`version`, the body's `data-version`), taken before the page reads the study: a
+    change stored while the page renders then reloads it once. (A page that learned its
+    version from its first poll kept a change stored between its rendering and that poll
+    unseen until the next change; after a study's last change, for good.)
+
+    Raises:
+        HTTPException: 404, no study called `name`.
+    """
+    try:
+        version = _reader(request).version(name)
+    except StudyNotFoundError as exc:
+        raise _missing(f"no study called {name!r} in this database") from exc
+    return {"poll": _version_path(request, name), "version": version}
 
 
 def _version_path(request: Request, name: str) -> str:
@@ -315,9 +332,9 @@ def _trial(request: Request) -> dict[str, Any]:
 
 
 def trial_page(request: Request) -> Response:
+    polled = _polled(request, _name(request))
     return HTMLResponse(page_html("trial.html", page=_trial(request),
-                                  refresh_s=_refresh(request),
-                                  poll=_version_path(request, _name(request))))
+                                  refresh_s=_refresh(request), **polled))
 
 
 def compare_trials_page(request: Request) -> Response:
@@ -352,6 +369,7 @@ def _runs_page(request: Request) -> tuple[StudyRecord, dict[str, Any]]:
 
 
 def runs_page(request: Request) -> Response:
+    polled = _polled(request, _name(request))
     record, page = _runs_page(request)
     kept = {k: v for k, v in page["filters"].items() if v}
 
@@ -359,8 +377,7 @@ def runs_page(request: Request) -> Response:
         return urlencode({**kept, "page": number})
 
     return HTMLResponse(page_html("runs.html", page=page, study=record, query=query,
-                                  refresh_s=_refresh(request),
-                                  poll=_version_path(request, record.name)))
+                                  refresh_s=_refresh(request), **polled))
 
 
 def api_runs(request: Request) -> Response:
@@ -439,10 +456,14 @@ def api_study_version(request: Request) -> Response:
 
 def api_version(request: Request) -> Response:
     """A token for the studies page: every study's version."""
-    store = _reader(request).store
+    return JSONResponse({"version": _studies_version(_reader(request).store)})
+
+
+def _studies_version(store: Store) -> str:
+    """A token that changes whenever any study's `Store.version` does, or a study comes or
+    goes."""
     versions = {r.name: store.version(r.name) for r in store.list_studies()}
-    return JSONResponse({"version": hashlib.sha256(
-        json.dumps(versions, sort_keys=True).encode()).hexdigest()})
+    return hashlib.sha256(json.dumps(versions, sort_keys=True).encode()).hexdigest()
 
 
 def favicon(request: Request) -> Response:
