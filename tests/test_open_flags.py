@@ -9,6 +9,7 @@ a value this XLA cannot parse likewise. Every answer comes from the real jaxlib
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -175,6 +176,25 @@ def test_the_registry_sorts_candidates_by_what_xla_says():
     assert found.names == tuple(sorted([OPEN, "xla_cpu_enable_fast_math", "xla_fuel",
                                         "xla_step_marker_location"]))
     assert found.candidates == 6 and found.runs >= 3
+
+
+def test_the_batches_of_one_round_are_asked_at_once(tmp_path, monkeypatch):
+    """A batch XLA refuses without naming a flag is halved; the two halves are one round
+    and their children run side by side (`flags list --all`: 53 s one after another, 36 s
+    in rounds on 2 CPUs). Each child here waits 1 s first, so side by side they overlap."""
+    from autotune.flags import registry
+
+    log = tmp_path / "children.log"
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nstart=$(date +%s.%N)\nsleep 1\n{sys.executable} \"$@\"\n"
+                      f"rc=$?\necho \"$start $(date +%s.%N)\" >> {log}\nexit $rc\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(registry, "_parallel", lambda: 2)
+    found = registry.known_flags(str(python), candidates=[
+        "xla_step_marker_location", OPEN, "xla_cpu_enable_fast_math", "xla_cpu_use_thunk_runtime"])
+    assert "xla_step_marker_location" in found.names and found.runs >= 3
+    spans = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans)), spans
 
 
 @pytest.mark.slow
