@@ -34,7 +34,7 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.launch.launcher import TrialRequest
-from autotune.results.evidence import incumbent, pooled
+from autotune.results.evidence import best_so_far, incumbent, pooled
 from autotune.results.ranking import peak_memory, within_budget
 from autotune.rules.stopping import prune_curve, prune_limit, running_ratios
 from autotune.spaces import Space
@@ -342,8 +342,7 @@ class Search:
         view.index.add(run)
         plan = self.ctx.plan
         budget = plan.memory_budget_bytes
-        backed = incumbent(pooled([*view.runs, run], lambda r: within_budget(r, budget)))
-        best = backed.ratio if backed is not None else view.index.best_ratio(budget)
+        best = best_so_far(pooled([*view.runs, run], lambda r: within_budget(r, budget)))
         assert run.trial_number is not None
         return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
                           1 / best if best else None, min(view.held + 1, plan.trials),
