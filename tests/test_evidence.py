@@ -6,6 +6,8 @@ The pure rules are tested on runs stated by hand; racing runs through a real
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import optuna
@@ -234,6 +236,41 @@ def test_racing_backs_the_leader_and_counts_in_the_budget(tmp_path):
     raced = {r.trial_number for r in races}
     assert all(r.outcome.measurement.step_times_s for r in races)  # a race always times
     assert raced <= {p.first.trial_number for p in found}  # a program's first trial is raced
+
+
+def test_a_sequential_confirmation_run_says_which_process_of_the_cap_it_is(tmp_path):
+    """Sequential runs were reported `done/done` ("confirm 7/7", "8/8", ...), as if each
+    were the last; their end is not known beforehand: they carry the cap and the trial's
+    count of confirmation processes instead."""
+    from autotune.cli._progress import lines
+    from autotune.study.plan import ConfirmEvent
+
+    table = ReplayTable.load(NORM_ACT)
+    plan = StudyPlan.of(name="seq", space=load_space(str(ROOT / table.meta["space"])),
+                        workload=resolve_benchmark("norm-act"), trials=20, sampler="random",
+                        seed=1)
+    store = Store.open(f"sqlite:///{tmp_path}/seq.db")
+    runner = StudyRunner(plan, store, TableLauncher(table, load_catalog(), seed=1),
+                         optuna.storages.InMemoryStorage())
+    runner.run()
+    events: list[ConfirmEvent] = []
+    runner.confirm(top=3, repeats=2, on_run=events.append, cap=12)
+    rounds = [e for e in events if e.cap is None]
+    assert rounds and [(e.done, e.total) for e in rounds] == [
+        (i, len(rounds)) for i in range(1, len(rounds) + 1)]
+    sequential = events[len(rounds):]
+    assert sequential and all(e.cap == 12 for e in sequential)
+    confirms = [r for r in store.runs("seq") if r.role is Role.CONFIRM]
+    for e, run in zip(sequential, confirms[len(rounds):], strict=True):
+        assert run.trial_number == e.trial_number
+        assert e.processes == sum(r.trial_number == e.trial_number and r.id <= run.id
+                                  for r in confirms) <= 12
+    line = io.StringIO()
+    with redirect_stdout(line):
+        lines().confirmed(sequential[-1])
+    assert f"confirm {sequential[-1].done}: trial #{sequential[-1].trial_number} " in \
+        line.getvalue() and f"its process {sequential[-1].processes} of at most 12" in \
+        line.getvalue()
 
 
 def test_without_racing_nothing_is_measured_twice_in_the_search(tmp_path):

@@ -47,8 +47,13 @@ class _Lines(service.Watcher):
                   "defaults")
 
     def confirmed(self, event: ConfirmEvent) -> None:
-        out.print(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "
-                  f"{_confirm_text(event)}", highlight=False)
+        if event.cap is None:
+            out.print(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "
+                      f"{_confirm_text(event)}", highlight=False)
+        else:  # sequential: its end is not known beforehand
+            out.print(f"confirm {event.done}: trial #{event.trial_number} "
+                      f"{_confirm_text(event)} (sequential: its process {event.processes} "
+                      f"of at most {event.cap})", highlight=False)
 
     def shrinking(self, event: ShrinkEvent) -> None:
         out.print(f"shrink: trial #{event.trial_number} {_shrink_text(event)}",

@@ -87,14 +87,16 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
         if any(c.state is ClaimState.RUNNING and c.key.startswith(f"confirm:{number}:")
                for c in claims):
             return  # another process measures the leader now: it goes on from here
-        [round_] = _free_rounds({c.key for c in claims}, number, 1)
+        taken = {c.key for c in claims}
+        [round_] = _free_rounds(taken, number, 1)
         _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
                                  number, ctx.judge.request(target.flags, steps))
         if run is None:  # another process holds this round: it goes on from here
             return
         done += 1
         if on_run:
-            on_run(ConfirmEvent(number, run.outcome, done, done))
+            processes = 1 + sum(k.startswith(f"confirm:{number}:") for k in taken)
+            on_run(ConfirmEvent(number, run.outcome, done, done, cap=cap, processes=processes))
 
 
 def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],

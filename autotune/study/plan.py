@@ -161,12 +161,16 @@ class ShrinkEvent:
 
 @dataclass(frozen=True)
 class ConfirmEvent:
-    """Reported after each confirmation run."""
+    """Reported after each confirmation run. `total` is what the rounds will measure in
+    all; a run of sequential confirmation, whose end no one knows beforehand, has `cap`
+    (`--confirm-max`) and `processes`, the trial's confirmation processes with this one."""
 
     trial_number: int
     outcome: TrialOutcome
     done: int
     total: int
+    cap: int | None = None
+    processes: int | None = None
 
 
 @dataclass(frozen=True)
