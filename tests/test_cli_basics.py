@@ -261,3 +261,16 @@ def test_trials_names_every_run_whole_with_the_figures_of_its_json(tmp_path):
     assert rows[1]["trial"] is None and rows[1]["compile_time_s"] == 0.5
     assert rows[0]["iqr_s"] > 0 and 0 < rows[0]["cv"] < 1 and rows[0]["outliers"] == 0
     assert "CV" in shown[1] and f"CV {rows[0]['cv']:.1%}" in shown[1]
+
+
+def test_the_progress_best_is_the_incumbent_the_defaults_or_nothing_yet():
+    from autotune.cli._progress import trial_text
+    from autotune.ground.records import OutcomeKind, Role, TrialOutcome
+    from autotune.study.plan import TrialEvent
+
+    ok = TrialOutcome(OutcomeKind.OK, "")
+    assert trial_text(TrialEvent(0, Role.BASELINE, ok, 1.0, None, 1, 9)).endswith(", best: -")
+    assert trial_text(TrialEvent(1, Role.SEARCH, ok, 1.2, 1.0, 2, 9)).endswith(
+        ", best: defaults")  # one process at ×1.2 is not yet believed
+    assert trial_text(TrialEvent(2, Role.RACE, ok, 1.1, 1.15, 3, 9, best_trial=1)).endswith(
+        ", best: ×1.150 #1")

@@ -20,8 +20,9 @@ from autotune.ground.records import Measurement, MeasureMode, OutcomeKind, Role
 from autotune.launch.launcher import TrialRequest
 from autotune.launch.replay import ReplayTable, TableLauncher
 from autotune.launch.workloads import resolve_benchmark
-from autotune.results.evidence import BACKED_BY, best_so_far, incumbent, pooled, race_target
+from autotune.results.evidence import BACKED_BY, incumbent, pooled, race_target
 from autotune.results.table import best_rows
+from autotune.results.view import best_so_far
 from autotune.spaces import load_space
 from autotune.storage import Store
 from autotune.study.measured import BUDGET_ROLES
@@ -94,28 +95,6 @@ def test_no_incumbent_when_the_best_backed_program_is_not_faster_than_the_defaul
               trial=0, m=program(trial_ratio, "A"))
     assert incumbent(pooled(s.runs)) is None
     assert race_target(pooled(s.runs)) is None  # backed already
-
-
-def test_the_best_so_far_is_a_pooled_estimate_never_one_lucky_process():
-    """The progress line said `best: ×1.001` for a whole study after that configuration's
-    race measured it at ×0.888, while its table said ×0.943 (n=2)."""
-    s = Runs()
-    assert best_so_far(pooled(s.runs)) is None
-    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
-    assert best_so_far(pooled(s.runs)) is None  # the defaults are not a candidate
-    s.add(Role.SEARCH, {FAST: True}, 0.999, m=program(0.999, "A"))
-    assert best_so_far(pooled(s.runs)) == pytest.approx(0.999)
-    s.add(Role.RACE, {FAST: True}, 1.126, trial=1, m=program(1.126, "A"))
-    assert best_so_far(pooled(s.runs)) == pytest.approx(pooled(s.runs)[0].ratio)
-    assert best_so_far(pooled(s.runs)) > 1.0  # no longer the lucky 0.999
-    s.add(Role.SEARCH, {LEVEL: 2}, 0.97, m=program(0.97, "B"))
-    assert best_so_far(pooled(s.runs)) == pytest.approx(0.97)  # the leader, not yet backed
-    for _ in range(BACKED_BY - 1):
-        s.add(Role.RACE, {LEVEL: 2}, 0.98, trial=2, m=program(0.98, "B"))
-    s.add(Role.SEARCH, {WIDTH: 128}, 0.90, m=program(0.90, "C"))  # leads on one process
-    found = pooled(s.runs)
-    assert found[0].program == "C" and incumbent(found).program == "B"
-    assert best_so_far(found) == pytest.approx(incumbent(found).ratio)  # the incumbent
 
 
 def _two_leaders(a: tuple[float, ...], b: tuple[float, ...]) -> Runs:
@@ -221,11 +200,15 @@ def test_racing_backs_the_leader_and_counts_in_the_budget(tmp_path):
     events: list = []
     store, plan = _study(tmp_path, seed=3, trials=40, events=events)
     runs = store.runs(plan.name)
-    # the progress line's best is the pooled figure the table shows, after every trial
-    timed = [r for r in runs if r.role in BUDGET_ROLES]
-    assert len(events) == len(timed)
-    assert [1 / e.best_speedup if e.best_speedup else None for e in events] == pytest.approx(
-        [best_so_far(pooled([r for r in runs if r.id <= t.id])) for t in timed])
+    # After every trial the progress line's best is the study's answer then, as the
+    # dashboard's chart draws it: the incumbent or the defaults, never one lucky process.
+    # (It showed the best single process: `best: ×1.001` for a whole study after that
+    # configuration's race measured ×0.888.)
+    chart = best_so_far(runs)[:len(events)]
+    assert [(e.best_speedup, e.best_trial) for e in events] == [
+        (pytest.approx(p["best"]) if p["best"] else None, p["best_trial"]) for p in chart]
+    assert [e.number for e in events] == [p["trial"] for p in chart]
+    assert {e.best_trial for e in events} - {None}, "the study backed an incumbent"
     races = [r for r in runs if r.role is Role.RACE]
     assert races, "a study that finds something faster than the defaults races it"
     counted = [r for r in runs if r.role in BUDGET_ROLES]

@@ -181,7 +181,13 @@ def _print_summary(summary: Any) -> None:
 
 
 def _best_text(ev: Any) -> str:
-    return f"best: ×{ev.best_speedup:.3f}" if ev.best_speedup else "best: -"
+    """The study's answer so far (`TrialEvent`): `best: ×1.034 #5` (the incumbent's pooled
+    speedup and first trial), `best: defaults` (nothing backed is faster), `best: -`."""
+    if not ev.best_speedup:
+        return "best: -"
+    if ev.best_trial is None:
+        return "best: defaults"
+    return f"best: ×{ev.best_speedup:.3f} #{ev.best_trial}"
 
 
 def _last_text(ev: Any) -> str:

@@ -256,19 +256,6 @@ def incumbent(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
     return best if best is not None and best.ratio < 1.0 else None
 
 
-def best_so_far(programs: Sequence[ProgramEvidence]) -> float | None:
-    """The time ratio a progress display calls the best so far: the incumbent's pooled
-    estimate where there is one, else the leader's (`programs[0]`, backed or not: the
-    best of the best table's pooled search speedups); None before anything is timed.
-
-    Never one lucky process of a program whose other processes say otherwise: a
-    configuration timed at 0.999 and then at 1.126 is 1.063, as the table shows it.
-    `programs` is `pooled(...)`'s order (best first).
-    """
-    best = incumbent(programs) or (programs[0] if programs else None)
-    return best.ratio if best is not None else None
-
-
 def race_target(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
     """The program to measure again now, or None: the leader by pooled estimate while it
     has fewer than `BACKED_BY` observations and beats XLA's defaults on what it has; past

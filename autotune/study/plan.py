@@ -129,7 +129,14 @@ class StudyPlan:
 
 @dataclass(frozen=True)
 class TrialEvent:
-    """Reported after each launched trial, for progress displays."""
+    """Reported after each launched trial, for progress displays.
+
+    `best_speedup` and `best_trial` are the study's answer at this point, as the
+    dashboard's best-so-far chart (`results.view.best_so_far`) and `best`'s incumbent
+    note give it: the incumbent's pooled speedup and first trial (`results.evidence.
+    incumbent`), or 1.0 and None for XLA's defaults once the baseline ran; None and
+    None before. Never one lucky process.
+    """
 
     number: int
     role: Role
@@ -138,6 +145,7 @@ class TrialEvent:
     best_speedup: float | None
     done: int
     total: int
+    best_trial: int | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.launch.launcher import TrialRequest
-from autotune.results.evidence import best_so_far, incumbent, pooled
+from autotune.results.evidence import incumbent, pooled
 from autotune.results.ranking import peak_memory, within_budget
 from autotune.rules.stopping import prune_curve, prune_limit, running_ratios
 from autotune.spaces import Space
@@ -342,11 +342,14 @@ class Search:
         view.index.add(run)
         plan = self.ctx.plan
         budget = plan.memory_budget_bytes
-        best = best_so_far(pooled([*view.runs, run], lambda r: within_budget(r, budget)))
+        runs = [*view.runs, run]
+        leader = incumbent(pooled(runs, lambda r: within_budget(r, budget)))
+        baseline = any(r.role is Role.BASELINE and r.outcome.ok for r in runs)
         assert run.trial_number is not None
         return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
-                          1 / best if best else None, min(view.held + 1, plan.trials),
-                          plan.trials)
+                          1 / leader.ratio if leader else 1.0 if baseline else None,
+                          min(view.held + 1, plan.trials), plan.trials,
+                          best_trial=leader.first.trial_number if leader else None)
 
 
 def _measured_by(outcome: TrialOutcome, index: MeasuredIndex) -> RunRecord | None:
