@@ -117,11 +117,44 @@ def test_the_smallest_values_of_each_bound_are_accepted():
      "'measure', 'profile']"),
     (dict(known_programs={"abc": "3"}), "job field 'known_programs': expected an object of "
      "fingerprints to trial numbers, got {'abc': '3'}"),
+    # PGLE's fields (`_check_pgle`): each bound, type and combination, word for word
+    (dict(pgle_runs=0), "job field 'pgle_runs': expected an integer >= 1, got 0"),
+    (dict(pgle_runs=True), "job field 'pgle_runs': expected an integer >= 1, got True"),
+    (dict(pgle_runs=1.0), "job field 'pgle_runs': expected an integer >= 1, got 1.0"),
+    (dict(pgle_percentile=0), "job field 'pgle_percentile': expected a number in (0, 100], "
+     "got 0"),
+    (dict(pgle_percentile=100.5), "job field 'pgle_percentile': expected a number in "
+     "(0, 100], got 100.5"),
+    (dict(pgle_percentile="50"), "job field 'pgle_percentile': expected a number in "
+     "(0, 100], got '50'"),
+    (dict(pgle_profile=3), "job field 'pgle_profile': expected text, got 3"),
+    (dict(pgle_model=["m"]), "job field 'pgle_model': expected text, got ['m']"),
+    (dict(phases=(Phase.COMPILE, Phase.PROFILE)), "job field 'phases': 'profile' needs a "
+     "PGLE job (pgle_mode)"),
+    (dict(pgle_mode="sometimes", compiler_options={}), "job field 'pgle_mode': expected one "
+     "of ['manual', 'auto'] or null, got 'sometimes'"),
+    (dict(pgle_mode="auto"), "job field 'pgle_mode': a PGLE job is PAIRED (compiler_options) "
+     "and its reference is the configuration itself (no reference_options)"),
+    (dict(pgle_mode="auto", compiler_options={}, reference_options={}), "job field "
+     "'pgle_mode': a PGLE job is PAIRED (compiler_options) and its reference is the "
+     "configuration itself (no reference_options)"),
+    (dict(pgle_mode="manual", compiler_options={}), "job field 'pgle_profile': manual PGLE "
+     "needs the profile's path"),
+    (dict(pgle_mode="manual", compiler_options={}, pgle_profile=""), "job field "
+     "'pgle_profile': manual PGLE needs the profile's path"),
 ])
 def test_a_bad_job_says_what_was_expected_and_what_came(job, message):
     with pytest.raises(ProtocolError) as info:
         Job(**job)
     assert str(info.value) == message
+
+
+def test_the_edges_of_pgles_bounds_are_accepted():
+    for job in (Job(pgle_runs=1, pgle_percentile=100), Job(pgle_percentile=0.001),
+                Job(pgle_mode="auto", compiler_options={}, pgle_profile="p", pgle_model="m",
+                    phases=(Phase.COMPILE, Phase.PROFILE, Phase.MEASURE)),
+                Job(pgle_mode="manual", compiler_options={}, pgle_profile="p.pb")):
+        assert Job.from_json(job.to_json()) == job
 
 
 def test_phases_must_be_a_list():
