@@ -24,7 +24,7 @@ from autotune.child.ranks import from_words, process_rank, process_total, result
 from autotune.ground.errors import UsageError
 from autotune.ground.local_launch import parse_args, process_env
 from autotune.ground.proc import Finished
-from autotune.ground.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION, rank_result_path
+from autotune.ground.protocol import JOB_ENV, RESULT_ENV, SCHEMA_VERSION
 from autotune.ground.records import MeasureMode, OutcomeKind
 from autotune.launch.launcher import (
     LAUNCHER_VARIABLES,
@@ -81,9 +81,7 @@ def test_process_0_writes_the_named_file_and_the_others_their_own_beside_it():
     assert result_path({RESULT_ENV: "/shared/r.json"}) == "/shared/r.json"
     assert result_path({RESULT_ENV: "/shared/r.json", "SLURM_PROCID": "2"}) == "/shared/r.json.2"
     assert result_path({"SLURM_PROCID": "2"}) is None  # no file named: the result is printed
-    assert rank_result_path("r.json", 0) == "r.json" and rank_result_path("r.json", 7) == "r.json.7"
-    with pytest.raises(ValueError):
-        rank_result_path("r.json", -1)
+    # each rank's own file name: test_protocol.py (in the mutation run's selection)
 
 
 def test_process_0s_figures_travel_bit_for_bit_as_32_bit_words():

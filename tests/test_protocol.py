@@ -19,6 +19,7 @@ from autotune.ground.protocol import (
     ProtocolError,
     Result,
     parse_result,
+    rank_result_path,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,6 +158,14 @@ def test_the_edges_of_pgles_bounds_are_accepted():
         assert Job.from_json(job.to_json()) == job
 
 
+def test_each_process_of_a_trial_writes_a_result_file_of_its_own():
+    assert rank_result_path("/t/result.json", 0) == "/t/result.json"  # one process: process 0
+    assert rank_result_path("/t/result.json", 1) == "/t/result.json.1"
+    assert rank_result_path("/t/result.json", 12) == "/t/result.json.12"
+    with pytest.raises(ValueError, match="^a process rank is 0 or more, got -1$"):
+        rank_result_path("/t/result.json", -1)
+
+
 def test_phases_must_be_a_list():
     with pytest.raises(ProtocolError) as info:
         Job.from_json(json.dumps({"schema_version": 1, "phases": "compile"}))
@@ -249,11 +258,24 @@ def test_the_child_fills_only_the_contracts_fields_and_the_parent_ignores_others
     ({"pgle": []}, "result field 'pgle': expected an object, got []"),
     ({"same_program_as": -1}, "result field 'same_program_as': expected a whole number"),
     ({"process_index": True}, "result field 'process_index': expected a whole number"),
+    ({"collectives": []}, "result field 'collectives': expected an object, got []"),
+    ({"collectives": {"all-reduce": 3}}, "result field 'collectives.all-reduce': expected an "
+     "object, got 3"),
+    ({"collectives": {"all-reduce": {"count": -1}}}, "result field "
+     "'collectives.all-reduce.count': expected a whole number, got -1"),
+    ({"collectives": {"all-gather": {"count": 1, "bytes": True}}}, "result field "
+     "'collectives.all-gather.bytes': expected a whole number, got True"),
 ])
 def test_every_kind_of_result_field_is_checked(fields, words):
     with pytest.raises(ProtocolError) as info:
         parse_result(result(**fields))
     assert words in str(info.value)
+
+
+def test_collectives_of_zero_and_none_at_all_are_read_back():
+    assert parse_result(result(collectives={})).collectives == {}
+    assert parse_result(result(collectives={"all-reduce": {"count": 0}})).collectives == {
+        "all-reduce": {"count": 0}}
 
 
 # --- the child's phases ----------------------------------------------------------------------

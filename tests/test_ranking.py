@@ -614,6 +614,17 @@ def test_trial_rows_carry_every_run_with_its_stable_keys():
                      "timed_steps": 4, "median_step_s": 1.0}
     low, high = rows[0]["median_ci_s"]
     assert low <= rows[0]["median_step_s"] <= high and rows[0]["outliers"] == 0
+    assert (rows[0]["iqr_s"], rows[0]["cv"]) == (0.0, 0.0)  # four equal steps
+    assert (rows[0]["first_step_time_s"], rows[0]["warmup_steps"],
+            rows[0]["warmup_settled"]) == (None, None, None)  # what `measurement` leaves
+    timed = Runs()
+    timed.add(Role.SEARCH, {FAST: True}, 0.9, m=replace(
+        measurement(steps=4), step_times_s=(1.0, 2.0, 3.0, 4.0), first_step_time_s=7.0,
+        warmup_steps=5, warmup_settled=True))
+    (row,) = trial_rows(timed.runs)
+    assert row["iqr_s"] > 0 and row["cv"] > 0
+    assert (row["first_step_time_s"], row["warmup_steps"], row["warmup_settled"]) == (
+        7.0, 5, True)
     assert rows[1]["timed_steps"] == 0 and rows[1]["same_program_as"] == 0
     assert rows[1]["median_step_s"] is None and rows[1]["flags"] == {FAST: True}
     assert rows[1]["median_ci_s"] is None and rows[1]["compile_time_s"] == 1.0  # compiled
