@@ -227,6 +227,49 @@ def test_a_trial_page_holds_every_run_its_flags_and_the_xla_flags_line():
     assert trial_page(record(), runs, 99, CATALOG) is None
 
 
+def test_a_proposal_that_reused_a_run_opens_the_page_of_the_trial_that_measured_it():
+    runs = tiered_study().runs
+    measured = next(r for r in runs if r.trial_number == 2)
+    page = trial_page(record(), runs, 40, CATALOG, reused_run=measured.id)
+    assert page is not None and (page["trial"], page["proposal"]) == (2, 40)
+    assert page == {**trial_page(record(), runs, 2, CATALOG), "proposal": 40}
+    assert trial_page(record(), runs, 40, CATALOG) is None  # no run of its own, none named
+    assert trial_page(record(), runs, 40, CATALOG, reused_run=10**6) is None  # gone
+    own = trial_page(record(), runs, 3, CATALOG, reused_run=measured.id)
+    assert own is not None and (own["trial"], own["proposal"]) == (3, None)  # its own runs
+    unnumbered = replace(measured, id=10**6 + 1, trial_number=None)
+    assert trial_page(record(), [*runs, unnumbered], 40, CATALOG,
+                      reused_run=unnumbered.id) is None
+
+
+def test_a_trial_page_gives_a_confirmation_only_to_a_ranked_run_that_succeeded():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True))
+    s.add(Role.SEARCH, {FAST: True}, None, kind=OutcomeKind.CRASHED)
+    for _ in range(4):
+        s.add(Role.CONFIRM, {FAST: True}, 0.8, trial=1, m=measurement(0.8))
+    assert trial_page(record(), s.runs, 1, CATALOG)["confirmation"] is None  # it crashed
+    assert trial_page(record(), s.runs, 0, CATALOG)["confirmation"] is None  # the baseline
+
+
+@pytest.mark.parametrize(("a", "b", "diff"), [
+    ({"fusion": 5}, None, []),
+    (None, {"fusion": 5}, []),
+    ({}, {"fusion": 5}, []),
+    ({"fusion": 5}, {}, []),
+    ({"fusion": 5, "exp": 2}, {"fusion": 5, "dot": 1},
+     [{"op": "dot", "a": 0, "b": 1}, {"op": "exp", "a": 2, "b": 0}]),
+    ({"fusion": 5}, {"fusion": 5, "dot": 0}, []),  # an op counted 0 is an op absent
+    ({"fusion": 5, "dot": 0}, {"fusion": 5}, []),
+    ({"fusion": 5, "dot": 1}, {"fusion": 5}, [{"op": "dot", "a": 1, "b": 0}]),
+])
+def test_a_program_diff_needs_both_programs_counts_and_counts_a_missing_op_as_0(a, b, diff):
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=replace(measurement(0.8), hlo_stats=a))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=replace(measurement(0.9), hlo_stats=b))
+    assert compare_trials(s.runs, 0, 1, CATALOG)["program_diff"] == diff
+
+
 def test_comparing_two_trials_shows_the_flag_diff_and_whether_they_are_one_program():
     s = Runs()
     s.add(Role.SEARCH, {FAST: True, WIDTH: 128}, 0.9, m=measurement(0.9))
