@@ -243,11 +243,14 @@ def test_a_sequential_confirmation_run_says_which_process_of_the_cap_it_is(tmp_p
         (i, len(rounds)) for i in range(1, len(rounds) + 1)]
     sequential = events[len(rounds):]
     assert sequential and all(e.cap == 12 for e in sequential)
-    confirms = [r for r in store.runs("seq") if r.role is Role.CONFIRM]
+    runs = store.runs("seq")
+    confirms = [r for r in runs if r.role is Role.CONFIRM]
     for e, run in zip(sequential, confirms[len(rounds):], strict=True):
-        assert run.trial_number == e.trial_number
-        assert e.processes == sum(r.trial_number == e.trial_number and r.id <= run.id
-                                  for r in confirms) <= 12
+        assert run.trial_number == e.trial_number  # as the cap counts: racing included
+        assert e.processes == sum(r.role in (Role.CONFIRM, Role.RACE) and r.id <= run.id
+                                  and r.trial_number == e.trial_number for r in runs) <= 12
+    assert any(r.role is Role.RACE and r.trial_number == e.trial_number
+               for e in sequential for r in runs), "a raced trial was confirmed sequentially"
     line = io.StringIO()
     with redirect_stdout(line):
         lines().confirmed(sequential[-1])

@@ -78,7 +78,7 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
     target is next, and when it ends: `autotune.results.confirmation.sequential_next`.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    while (target := sequential_next(ctx.runs(), targets, cap)) is not None:
+    while (target := sequential_next(runs := ctx.runs(), targets, cap)) is not None:
         raise_if_interrupted()
         number = target.trial_number
         assert number is not None
@@ -87,16 +87,15 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
         if any(c.state is ClaimState.RUNNING and c.key.startswith(f"confirm:{number}:")
                for c in claims):
             return  # another process measures the leader now: it goes on from here
-        taken = {c.key for c in claims}
-        [round_] = _free_rounds(taken, number, 1)
+        [round_] = _free_rounds({c.key for c in claims}, number, 1)
         _, run = ctx.claimed_run(f"confirm:{number}:{round_}", Role.CONFIRM, target.flags,
                                  number, ctx.judge.request(target.flags, steps))
         if run is None:  # another process holds this round: it goes on from here
             return
         done += 1
         if on_run:
-            processes = 1 + sum(k.startswith(f"confirm:{number}:") for k in taken)
-            on_run(ConfirmEvent(number, run.outcome, done, done, cap=cap, processes=processes))
+            on_run(ConfirmEvent(number, run.outcome, done, done, cap=cap,  # as the cap counts
+                                processes=len(confirm_runs(runs, number)) + 1))
 
 
 def _rounds(ctx: StudyContext, runs: list[RunRecord], targets: list[RunRecord],

@@ -171,7 +171,8 @@ class ShrinkEvent:
 class ConfirmEvent:
     """Reported after each confirmation run. `total` is what the rounds will measure in
     all; a run of sequential confirmation, whose end no one knows beforehand, has `cap`
-    (`--confirm-max`) and `processes`, the trial's confirmation processes with this one."""
+    (`--confirm-max`) and `processes`, the trial's re-measurements with this one, as the cap
+    counts them (its confirmation and racing processes)."""
 
     trial_number: int
     outcome: TrialOutcome
