@@ -25,12 +25,14 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.results.confirmation import (
+    MIN_GAIN,
     Confirmation,
     Confirmations,
     baseline_trial,
     confirm_runs,
     confirmation,
     needs_confirmation,
+    worth_applying,
 )
 from autotune.results.ranking import (
     confirmed_order,
@@ -113,6 +115,22 @@ def test_a_confirmation_is_faster_only_when_its_whole_interval_is(est, same, ver
     c = Confirmation(1, {FAST: True}, est, runs=4, failures=0, same_program=same)
     assert c.verdict() == verdict
     assert c.measurable_gain is gain
+
+
+@pytest.mark.parametrize(("high", "worth", "verdict"), [
+    (0.9899, True, "faster"),
+    (1 - MIN_GAIN, False, "less than 1.0% faster"),  # the bound itself is not below it
+    (0.995, False, "less than 1.0% faster"),  # faster, but by less than is worth applying
+])
+def test_a_gain_is_worth_applying_only_when_its_whole_interval_is_below_1_less_min_gain(
+        high, worth, verdict):
+    est = estimate(0.98, 0.97, high)
+    assert not est.includes_one and worth_applying(est) is worth
+    c = Confirmation(1, {FAST: True}, est, runs=4, failures=0)
+    assert (c.verdict(), c.worth_gain, c.recommendable) == (verdict, worth, worth)
+    short = Confirmation(1, {FAST: True}, est, runs=3, failures=0)  # too few processes
+    assert short.verdict() == ("faster in 3 processes, 4 needed" if worth else verdict)
+    assert not short.recommendable
 
 
 # --- confirmation from stored runs ------------------------------------------------------------
