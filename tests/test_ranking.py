@@ -36,6 +36,9 @@ from autotune.results.confirmation import (
 )
 from autotune.results.ranking import (
     confirmed_order,
+    environments,
+    find_environment,
+    main_runs,
     measured_elsewhere,
     ordered,
     over_budget,
@@ -453,7 +456,8 @@ def test_the_reasons_read_exactly():
     elsewhere = Runs()
     elsewhere.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     elsewhere.add(Role.SEARCH, {FAST: True}, None, trial=1, kind=OutcomeKind.CRASHED)
-    assert recommend(elsewhere.runs).reason.startswith("no configuration ran successfully")
+    assert recommend(elsewhere.runs).reason == (
+        "no configuration ran successfully: keep XLA's defaults")
     unconfirmed = Runs()
     unconfirmed.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     unconfirmed.add(Role.SEARCH, {FAST: True}, 0.5, trial=1)
@@ -468,6 +472,45 @@ def test_the_reasons_read_exactly():
         "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
         "confirmed, trial 1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh "
         "processes): keep XLA's defaults")
+
+
+def test_without_a_least_gain_the_reason_asks_only_for_faster(monkeypatch):
+    from autotune.results import confirmation as rules
+
+    monkeypatch.setattr(rules, "MIN_GAIN", 0.0)
+    gainless = Runs()
+    gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
+    assert recommend(gainless.runs).reason.startswith(
+        "no configuration was confirmed faster than XLA's defaults (the best confirmed, ")
+
+
+def _keyed(s: Runs, key: str, role: Role = Role.SEARCH, ok: bool = True) -> None:
+    s.add(role, {FAST: True}, 0.9 if ok else None,
+          kind=OutcomeKind.OK if ok else OutcomeKind.CRASHED)
+    s.runs[-1] = replace(s.runs[-1], env_key=key)
+
+
+def test_environments_tied_on_timed_runs_go_by_the_first_ok_baseline_then_first_measured():
+    s = Runs()
+    _keyed(s, "a")
+    _keyed(s, "b")
+    assert [g.key for g in environments(s.runs)] == ["a", "b"]  # no baseline in either
+    _keyed(s, "a", Role.BASELINE, ok=False)  # a failed baseline does not count
+    _keyed(s, "b", Role.BASELINE)
+    _keyed(s, "a")  # a: 2 timed, b: 2 timed
+    assert [g.key for g in environments(s.runs)] == ["b", "a"]
+    assert [g.key for g in environments(tuple(s.runs))] == ["b", "a"]  # any sequence
+    assert isinstance(main_runs(tuple(s.runs[:1])), list)
+
+
+def test_an_exact_key_wins_over_the_keys_it_begins():
+    s = Runs()
+    _keyed(s, "ab")
+    _keyed(s, "abc")
+    assert find_environment(s.runs, "ab").key == "ab"
+    assert find_environment(s.runs, "abc").key == "abc"
+    assert find_environment(s.runs, "a") is None  # names two
 
 
 def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
@@ -1248,3 +1291,11 @@ def test_trials_counts_compile_only_runs_but_those_its_allowance_frees(monkeypat
     assert counted_trials(s.runs) == 7  # no target, nothing free
     monkeypatch.setattr(stopping, "FREE_COMPILES", 0.5)
     assert stopping.free_compiles(3) == 1 and counted_trials(s.runs, 3) == 6
+
+
+def test_the_first_reading_of_a_process_ranks_without_a_kept_answer(monkeypatch):
+    from autotune.results import ranking
+
+    monkeypatch.setattr(ranking, "_LAST_PROGRAMS", None)  # as in a fresh process
+    s = tiered_study()
+    assert ranked(s.runs) == ranked(list(s.runs))  # the kept answer, and one computed anew
