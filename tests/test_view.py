@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_ranking import FAST, LEVEL, WIDTH, MiB, Runs, measurement, tiered_study
+from test_ranking import FAST, LEVEL, WIDTH, MiB, Runs, confirmed, measurement, tiered_study
 
 from autotune.flags.catalog import load_catalog
 from autotune.ground.records import (
@@ -630,3 +630,36 @@ def test_the_runs_page_filters_pages_and_counts_every_run():
     assert runs_page(s.runs, flag="no_such_flag")["matched"] == 0
     assert runs_page(s.runs, flag="no_such_flag")["pages"] == 1
     assert runs_page([], per_page=3)["pages"] == 1
+
+
+def test_every_figure_of_the_study_page_keeps_to_the_memory_budget():
+    """The fastest configuration, confirmed, is over the budget: the recommendation, the
+    summary, the best-so-far line and a comparison all leave it out."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=10, same=True))
+    confirmed(s, 1, {WIDTH: 128}, 0.6, [0.6] * 4)
+    confirmed(s, 2, {FAST: True}, 0.8, [0.8] * 4)
+    s.runs[:] = [replace(r, outcome=replace(r.outcome, measurement=replace(
+        r.outcome.measurement, peak_memory_bytes=100 if r.trial_number == 1 else 10)))
+        if r.outcome.measurement is not None else r for r in s.runs]
+    live = [worker("h1", 1, 9, 1, 0, True)]
+    free = study_page(record(), s.runs, CATALOG, live)
+    assert free["recommendation"]["trial"] == 1  # without a budget, the fastest
+    page = study_page(record(memory_budget_bytes=50), s.runs, CATALOG, live)
+    assert page["recommendation"]["trial"] == 2
+    assert page["summary"]["recommended"] is True
+    assert page["summary"]["best_confirmed"]["trial"] == 2
+    assert {p["best_trial"] for p in page["best_so_far"]} <= {None, 2}
+    assert 1 in {p["best_trial"] for p in free["best_so_far"]}
+    other = compare_studies(record(memory_budget_bytes=50), s.runs, record("t"), s.runs,
+                            CATALOG)
+    assert other["winner_a_on_b"]["trial"] == 2 and other["winner_b_on_a"]["trial"] == 1
+    assert [row["flags"] for row in other["common"]] == [{FAST: True}]  # 1 is over a's budget
+    over = [r for r in s.runs if r.trial_number != 2]  # only the configuration over it
+    assert study_summary(record(), over, live)["recommended"] is True
+    assert study_summary(record(memory_budget_bytes=50), over, live)["recommended"] is False
+
+
+def test_a_study_nothing_measured_yet_is_searching_while_a_worker_is_live():
+    assert study_summary(record(), [], [worker("h1", 1, 0, 1, 0, True)])["state"] == "searching"
+    assert study_summary(record(), [], [worker("h1", 1, 0, 0, 0, False)])["state"] == "queued"
