@@ -10,12 +10,12 @@ import re
 from dataclasses import replace
 
 import pytest
+from test_environments import H100
 from test_ranking import FAST, LEVEL, WHEN, Runs, measurement
 
 from autotune.flags.catalog import load_catalog
 from autotune.ground.records import (
     PLAN_WARM,
-    Environment,
     Measurement,
     MeasureMode,
     Role,
@@ -37,8 +37,6 @@ from autotune.results.ranking import EnvironmentGroup
 from autotune.results.table import best_rows
 from autotune.spaces.fit import Action, FitChange, SpaceFit
 
-H100 = Environment("node-1", "3.11.7", "0.10.2", "0.10.2", "gpu", "NVIDIA H100 80GB HBM3", 8,
-                   driver_version="550.54.15", runtime_version="cuda 12080")
 GPU = "8 × NVIDIA H100 80GB HBM3, gpu"
 
 
