@@ -204,6 +204,22 @@ def test_an_option_value_xla_rejects_is_an_invalid_value(lowered, name, value):
     assert f"While setting option {name}, '{value}' is not a valid" in message
 
 
+def test_xlas_option_messages_are_told_apart_by_their_words():
+    """The words of the two messages above (jaxlib 0.10.2), without compiling: the
+    mutation run selects in-process tests by coverage."""
+    unknown = RuntimeError("INVALID_ARGUMENT: No such compile option: 'xla_nope'")
+    assert classify_exception(unknown) == (
+        OutcomeKind.UNKNOWN_FLAG, "RuntimeError: INVALID_ARGUMENT: No such compile option: "
+        "'xla_nope'")
+    bad = RuntimeError("INVALID_ARGUMENT: While setting option xla_cpu_enable_fast_math, "
+                       "'maybe' is not a valid bool value.")
+    assert classify_exception(bad)[0] is OutcomeKind.INVALID_VALUE
+    assert classify_exception(RuntimeError("INVALID_ARGUMENT: bad Option"))[0] \
+        is OutcomeKind.INVALID_VALUE  # any case
+    assert classify_exception(RuntimeError("While setting option x, 'y' is not valid"))[0] \
+        is OutcomeKind.COMPILE_ERROR  # an option, but not an INVALID_ARGUMENT
+
+
 def test_memory_exhaustion_is_oom_by_message_or_by_type():
     assert classify_exception(RuntimeError("RESOURCE_EXHAUSTED: 8GiB"))[0] is OutcomeKind.OOM
     # importing jaxlib under a 24-100 MB --trial-memory-limit (jaxlib 0.10.2)

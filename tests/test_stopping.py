@@ -186,6 +186,7 @@ def test_the_running_ratio_after_k_pairs_is_of_the_medians_of_the_first_k():
     assert running_ratios([1.0, 3.0, 2.0], [1.0, 1.0, 2.0]) == [1.0, 2.0, 2.0]
     assert running_ratios([2.0, 2.0, 2.0], [1.0, 1.0]) == [2.0, 2.0]  # pairs only
     assert running_ratios([], []) == []
+    assert running_ratios([2.0, 2.0, 6.0], [4.0, 4.0, 2.0]) == [0.5, 0.5, 0.5]  # a quotient
 
 
 def test_the_curve_is_the_median_running_ratio_of_the_trials_that_reached_each_k():
@@ -210,6 +211,7 @@ def test_the_curve_at_k_pairs_is_its_item_k_minus_1_and_none_past_its_end():
     assert curve_at(curve, 2) == 1.5 and curve_at(curve, 3) == 1.2
     assert curve_at(curve, 1) is None and curve_at(curve, 4) is None
     assert curve_at(curve, 0) is None and curve_at(None, 2) is None
+    assert curve_at([1.3, 1.5], 1) == 1.3  # one pair: the first item
 
 
 def test_a_candidate_above_the_other_trials_median_stops_after_enough_pairs():
@@ -224,6 +226,18 @@ def test_a_candidate_above_the_other_trials_median_stops_after_enough_pairs():
     assert curve_verdict(cand, base, [1.1] * 5 + [None], after=6) is None  # no limit at 6
     assert curve_verdict(cand, base, [1.1] * 5, after=6) is None  # the curve ends before 6
     assert curve_verdict(cand, base, None, after=6) is None
+
+
+def test_the_median_rule_takes_the_lowest_running_quotient_from_the_first_pair_on():
+    """The lowest running ratio counts from the first pair up to the last: a candidate
+    fast at its first pair, or only by its last, goes on."""
+    curve = [1.1] * 4
+    base = [2.0] * 4
+    assert curve_verdict([2.0, 3.0, 3.0, 3.0], base, curve, after=4) is None  # 1.0 at pair 1
+    assert curve_verdict([3.0, 3.0, 3.0, 3.0], base, curve, after=4) is not None  # 1.5 each
+    assert curve_verdict([3.0, 3.0, 1.0, 1.0], base, curve, after=4) is None  # 1.0 at pair 4
+    why = curve_verdict([2.4, 2.4], [2.0, 2.0], [1.1, 1.1], after=2)
+    assert why is not None and "1.200x the baseline's step time" in why
 
 
 def test_the_curve_rules_where_it_has_a_value_else_the_margin_and_the_message_says_which():
