@@ -278,8 +278,9 @@ def _record_or_404(reader: Reader, name: str) -> StudyRecord:
 
 
 def studies_page(request: Request) -> Response:
-    version = _studies_version(_reader(request).store)  # before the rows: see `_polled`
-    rows = _reader(request).studies()
+    reader = _reader(request)
+    version = _studies_version(reader.store)  # before the rows: see `_polled`
+    rows = reader.studies()
     return HTMLResponse(page_html("studies.html", studies=rows, refresh_s=_refresh(request),
                                   poll=request.url_for("api_version").path, version=version))
 

@@ -256,6 +256,16 @@ def incumbent(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
     return best if best is not None and best.ratio < 1.0 else None
 
 
+def answer_speedup(leader: ProgramEvidence | None, baseline_ran: bool) -> float | None:
+    """The study's answer at some point as a speedup, as every progress view shows it (the
+    dashboard's best-so-far chart, the study's progress line): the incumbent's pooled
+    speedup (`leader`, `incumbent(...)`), else 1.0 (XLA's defaults) once a baseline ran,
+    else None."""
+    if leader is not None:
+        return 1 / leader.ratio
+    return 1.0 if baseline_ran else None
+
+
 def race_target(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
     """The program to measure again now, or None: the leader by pooled estimate while it
     has fewer than `BACKED_BY` observations and beats XLA's defaults on what it has; past

@@ -30,7 +30,7 @@ from autotune.ground.records import (
     WorkerRecord,
 )
 from autotune.results.confirmation import confirmation
-from autotune.results.evidence import Pool
+from autotune.results.evidence import Pool, answer_speedup
 from autotune.results.fitted import fit_json
 from autotune.results.importance import ablation_json
 from autotune.results.notes import study_notes
@@ -187,7 +187,7 @@ def best_so_far(runs: Sequence[RunRecord], memory_budget: int | None = None
         speedup = run.speedup if run.outcome.ok else None
         points.append({
             "n": n, "trial": run.trial_number, "role": run.role.value, "speedup": speedup,
-            "best": (1 / leader.ratio if leader else 1.0) if baseline or leader else None,
+            "best": answer_speedup(leader, baseline),
             "best_trial": leader.first.trial_number if leader else None,
             "best_n": leader.n if leader else None})
     return points

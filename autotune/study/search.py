@@ -34,7 +34,7 @@ from autotune.ground.records import (
     TrialOutcome,
 )
 from autotune.launch.launcher import TrialRequest
-from autotune.results.evidence import incumbent, pooled
+from autotune.results.evidence import answer_speedup, incumbent, pooled
 from autotune.results.ranking import peak_memory, within_budget
 from autotune.rules.stopping import prune_curve, prune_limit, running_ratios
 from autotune.spaces import Space
@@ -347,7 +347,7 @@ class Search:
         baseline = any(r.role is Role.BASELINE and r.outcome.ok for r in runs)
         assert run.trial_number is not None
         return TrialEvent(run.trial_number, run.role, run.outcome, run.speedup,
-                          1 / leader.ratio if leader else 1.0 if baseline else None,
+                          answer_speedup(leader, baseline),
                           min(view.held + 1, plan.trials), plan.trials,
                           best_trial=leader.first.trial_number if leader else None)
 
