@@ -6,12 +6,17 @@ flags), so the list is found in two steps, neither importing jax in this process
 1. candidates: every `xla_...` word in jaxlib's shared libraries (and those of
    installed `jax_plugins`) whose names say jax or xla, where the flag registry's
    names are stored as text;
-2. XLA's own answer: a child starts jax with every candidate set to `1` in
-   `XLA_FLAGS`. XLA names each value it cannot parse (a known flag), then, once
-   those are left out, lists every name it does not know at once; a start with
-   what is left proves the rest known. A parser that fails without naming its
-   flag is found by halving the batch; the halves are asked at once, a child per
-   CPU (up to 8). 239 children in 11 rounds with jaxlib 0.10.2 (23 such flags).
+2. XLA's own answer: a child makes XLA parse `XLA_FLAGS` with every candidate
+   set to `1`. XLA names each value it cannot parse (a known flag); only once
+   every value parsed does it list, at once, every name it does not know, so
+   such an answer proves the rest known. A parser that fails without naming its
+   flag is found by halving the batch. The batches of one round are asked at
+   once (up to one per CPU, 8 at most), each in a fork of one child per round
+   that loaded jaxlib's extension before any flag was parsed (XLA parses
+   `XLA_FLAGS` once per process, on first use); where that extension cannot
+   be loaded so, a child per batch starts jax. 200 batches in 11 rounds with
+   jaxlib 0.10.2 (23 flags whose parsers refuse `1` without a word): 3 s
+   rather than 30 s in a child per batch on 2 CPUs.
 
 The answer is cached per jaxlib version and interpreter, like the probe's.
 """
@@ -20,8 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -47,18 +54,68 @@ for package in ("jaxlib", "jax_plugins"):
     spec = importlib.util.find_spec(package)
     roots += list(spec.submodule_search_locations or []) if spec else []
 names = set()
+# a word where no word character comes before it (30 times a look-behind's speed):
+word = re.compile(rb"xla_[a-z0-9_]{2,}")
+inner = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 for root in roots:
     for path in Path(root).rglob("*.so*"):
         if not path.is_file() or path.stat().st_size < 1 << 20 or not (
                 "jax" in path.name or "xla" in path.name):
             continue
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            names.update(w.decode() for w in re.findall(rb"(?<![A-Za-z0-9_])xla_[a-z0-9_]{2,}", m))
+            names.update(w.group().decode() for w in word.finditer(m)
+                         if w.start() == 0 or m[w.start() - 1] not in inner)
 with open("candidates.json", "w", encoding="utf-8") as out:
     json.dump(sorted(names), out)
 """
-#: What makes XLA parse `XLA_FLAGS`: building compile options (a tenth of a second), or,
-#: where jaxlib's extension has moved, starting a backend.
+_NO_FORKS = 3
+#: One round: stdin holds a JSON list of `XLA_FLAGS` values; each is parsed in a fork of
+#: this process made after jaxlib's extension loaded (argv: forks at once, seconds before
+#: a fork gives up); stdout gets the list of their {returncode, stderr}. It exits with
+#: `_NO_FORKS` where the extension is not there to load, or where fork is not.
+_ROUND = """
+import json, os, signal, sys, tempfile, traceback
+try:
+    from jaxlib import _jax
+    _jax.CompileOptions, os.fork
+except (ImportError, AttributeError):
+    sys.exit(NO_FORKS)
+parallel, timeout = int(sys.argv[1]), int(sys.argv[2])
+batches = json.load(sys.stdin)
+answers, running = [None] * len(batches), {}
+
+def reap():
+    pid, status = os.wait()
+    i, path = running.pop(pid)
+    with open(path, encoding="utf-8", errors="replace") as err:
+        answers[i] = {"returncode": os.waitstatus_to_exitcode(status), "stderr": err.read()}
+
+with tempfile.TemporaryDirectory() as tmp:
+    for i, flags in enumerate(batches):
+        if len(running) >= parallel:
+            reap()
+        path = os.path.join(tmp, str(i) + ".err")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+                os.environ["XLA_FLAGS"] = flags
+                signal.alarm(timeout)
+                _jax.CompileOptions()
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        running[pid] = (i, path)
+    while running:
+        reap()
+json.dump(answers, sys.stdout)
+""".replace("NO_FORKS", str(_NO_FORKS))
+#: What makes XLA parse `XLA_FLAGS` in a child per batch: building compile options (a
+#: tenth of a second), or, where jaxlib's extension has moved, starting a backend.
 _START = """
 try:
     from jaxlib import _jax
@@ -131,25 +188,61 @@ def _ask(python: str, timeout_s: float, version: str) -> KnownFlags:
 
 
 def _settle(python: str, timeout_s: float, version: str, candidates: list[str]) -> KnownFlags:
-    """Sort `candidates` into known and unknown by starting children (see the module).
+    """Sort `candidates` into known and unknown by asking XLA (see the module).
 
-    The batches waiting at once (the two halves of a silent failure, and what is left of
-    each) are independent: each round starts them together, `_parallel()` at a time.
+    The batches waiting at once (the two halves of a silent failure) are independent:
+    each round asks them together, `_parallel()` at a time, in forks of one child
+    (`_round`), or, where that child cannot fork, in a child each.
     """
     known: set[str] = set()
-    queue, runs = [set(candidates)], 0
+    queue, runs, forks = [set(candidates)], 0, True
     with ThreadPoolExecutor(max_workers=_parallel()) as pool:
         while queue:
             batches, queue = queue, []
             runs += len(batches)
             if runs > MAX_RUNS:
                 raise ProbeError(f"XLA's answers did not settle in {MAX_RUNS} runs")
-            for batch, done in zip(batches, pool.map(
-                    lambda b: _start(python, b, timeout_s), batches), strict=True):
+            answers = _round(python, batches, timeout_s) if forks else None
+            if answers is None:
+                forks = False
+                answers = list(pool.map(lambda b: _start(python, b, timeout_s), batches))
+            for batch, done in zip(batches, answers, strict=True):
                 found, rest = _sorted_out(batch, done)
                 known |= found
                 queue += rest
     return KnownFlags(version, tuple(sorted(known)), len(candidates), runs)
+
+
+def _round(python: str, batches: list[set[str]], timeout_s: float
+           ) -> list[subprocess.CompletedProcess[str]] | None:
+    """XLA's answer to each of `batches` (every name set to `1`), each parsed in a fork of
+    one `_ROUND` child; None where that child cannot load jaxlib's extension and fork."""
+    flags = [format_tokens([(n, "1") for n in sorted(batch)]) for batch in batches]
+    parallel, alarm = _parallel(), max(1, math.ceil(timeout_s))
+    env = dict(os.environ, XLA_FLAGS="", TF_CPP_MIN_LOG_LEVEL="0")
+    with tempfile.TemporaryDirectory(prefix="autotune-flags-") as tmp:
+        try:
+            done = subprocess.run(
+                [python, "-c", _ROUND, str(parallel), str(alarm)], input=json.dumps(flags),
+                env=env, cwd=tmp, capture_output=True, text=True, check=False,
+                timeout=timeout_s * (1 + math.ceil(len(batches) / parallel)))
+        except subprocess.TimeoutExpired:
+            raise ProbeError(f"no answer from {python} in time while listing XLA's "
+                             "flags") from None
+    if done.returncode == _NO_FORKS:
+        return None
+    try:
+        answers = json.loads(done.stdout)
+        codes = [int(a["returncode"]) for a in answers]
+        texts = [str(a["stderr"]) for a in answers]
+    except (ValueError, TypeError, KeyError):
+        raise ProbeError(f"could not read XLA's answers from {python}: "
+                         f"{done.stderr.strip()[-300:] or 'no output'}") from None
+    if len(codes) != len(batches) or -signal.SIGALRM in codes:
+        raise ProbeError(f"no answer from {python} in {timeout_s:g} s while listing XLA's "
+                         "flags")
+    return [subprocess.CompletedProcess(python, code, "", text)
+            for code, text in zip(codes, texts, strict=True)]
 
 
 def _parallel() -> int:
@@ -175,8 +268,10 @@ def _sorted_out(batch: set[str], done: subprocess.CompletedProcess[str]
     unknown = {n.lstrip("-").partition("=")[0] for m in _UNKNOWN.finditer(done.stderr)
                for n in m.group(1).split()} & batch
     rejected = set(_BAD_VALUE.findall(done.stderr)) & batch  # XLA parsed the name: known
-    rest = batch - unknown - rejected
-    if unknown or rejected:
+    if unknown:  # XLA lists the names it does not know once every other value parsed
+        return batch - unknown, []
+    rest = batch - rejected
+    if rejected:
         return rejected, [rest] if rest else []
     if len(batch) == 1:
         return batch, []  # parsing failed on its value alone, without words: known
