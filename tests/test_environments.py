@@ -352,3 +352,25 @@ def test_a_long_header_is_cut_to_one_line_of_80_columns(tmp_path: Path) -> None:
     headers = [line for line in table.output.splitlines() if line.startswith("environment ")]
     assert [(len(line), line[-1]) for line in headers] == [(80, "…")] * 2
     assert headers[0].startswith(f"environment {H100.key(MeasureMode.PAIRED)}: 8 × NVIDIA H100")
+
+
+def test_another_environments_confirmation_counts_for_no_trial_of_the_main_one(
+        sqlite_url: str) -> None:
+    """Confirmation runs stored under `small-1`'s key for a trial searched on `big-1` (the
+    main environment) confirm nothing there: every reader ranks and recommends from the
+    main environment's runs alone, with or without the order computed first."""
+    from autotune.results.ranking import ordered
+
+    with Store.open(sqlite_url) as store:
+        small, big = _fill(store)
+        store.record_runs("s", [NewRun(4, Role.CONFIRM, {}, {}, _direct(0.005, "other"), SMALL,
+                                       env_key=small, ratio=0.5) for _ in range(4)])
+        store.record_runs("s", [NewRun(n, Role.SEARCH, {}, {}, _direct(0.011, f"p{n}"), BIG,
+                                       env_key=big, ratio=1.1) for n in range(5, 10)])
+        runs = store.runs("s")
+    assert {r.env_key for r in main_runs(runs)} == {big}
+    order = ordered(runs)
+    assert [conf for run, conf in order if run.trial_number == 4] == [None]
+    assert recommend(runs, order=order).reason == recommend(runs).reason
+    assert not recommend(runs).recommended
+    assert not any(row.recommended for row in best_rows(runs, load_catalog(), order=order))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -276,6 +277,35 @@ def test_collectives_of_zero_and_none_at_all_are_read_back():
     assert parse_result(result(collectives={})).collectives == {}
     assert parse_result(result(collectives={"all-reduce": {"count": 0}})).collectives == {
         "all-reduce": {"count": 0}}
+
+
+def test_the_child_writes_its_result_indented_as_asked():
+    assert Result(status="ok", message="", warmup_steps=3).to_json(indent=1) == (
+        '{\n "schema_version": 1,\n "status": "ok",\n "message": "",\n "warmup_steps": 3\n}')
+    assert Result(status="ok", message="").to_json() == (
+        '{"schema_version": 1, "status": "ok", "message": ""}')
+
+
+def test_a_pgle_result_of_every_known_key_is_read_back():
+    pgle = {"mode": "manual", "profile": "/p/profile.pb", "collected": True, "costs": 12,
+            "source": "file", "names_in_program": 0, "profile_fingerprint": None, "note": ""}
+    assert parse_result(result(pgle=pgle)).pgle == pgle
+
+
+def test_the_protocol_imported_afresh_has_the_same_defaults_and_checks():
+    """A child imports the module afresh; `Result`'s fields and checks are made then (which
+    is also the only time mutation testing can see `_part` and `_typed` at work)."""
+    spec = importlib.util.find_spec("autotune.ground.protocol")
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    bare = fresh.Result("ok", "")
+    assert bare.step_times_s == () and bare.fingerprint is None
+    assert fresh.parse_result(result(fingerprint="ab", warmup_settled=False)) == fresh.Result(
+        "ok", "", fingerprint="ab", warmup_settled=False)
+    with pytest.raises(fresh.ProtocolError, match="^result field 'fingerprint': expected text, "
+                                                  "got 3$"):
+        fresh.parse_result(result(fingerprint=3))
 
 
 # --- the child's phases ----------------------------------------------------------------------

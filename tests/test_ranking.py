@@ -426,6 +426,41 @@ def test_the_recommendation_respects_the_memory_budget_and_carries_its_confirmat
     assert [(r.run.trial_number, r.recommended) for r in rows] == [(0, False), (2, True)]
 
 
+def test_best_rows_and_their_recommendation_follow_the_order_the_caller_gives():
+    runs = tiered_study().runs
+    order = ordered(runs)  # trial 2, then 3: both confirmed faster
+    rows = best_rows(runs, load_catalog(), limit=2, order=[order[1], order[0], *order[2:]])
+    assert [(r.rank, r.run.trial_number, r.recommended) for r in rows] == [
+        (None, 0, False), (1, 3, True), (2, 2, False)]
+
+
+def test_only_the_main_environments_rows_can_be_recommended():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    for trial in range(1, 7):
+        s.add(Role.SEARCH, {WIDTH: 2 ** trial}, 0.95, trial=trial)
+    main = len(s.runs)  # a: seven timed runs; b: six, and a configuration confirmed faster
+    s.add(Role.BASELINE, {}, 1.0, trial=7, m=measurement(same=True))
+    confirmed(s, 8, {FAST: True}, 0.8, [0.8] * 4)
+    s.runs[:] = [replace(r, env_key="a" if i < main else "b") for i, r in enumerate(s.runs)]
+    rows = best_rows(s.runs, load_catalog(), limit=1)
+    assert [(r.environment, r.rank, r.run.trial_number, r.recommended) for r in rows] == [
+        ("a", None, 0, False), ("a", 1, 1, False), ("b", None, 7, False), ("b", 1, 8, False)]
+    assert rows[-1].confirmed and rows[-1].confirmation.recommendable
+
+
+def test_a_programs_evidence_pools_only_its_processes_within_the_memory_budget():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, trial=1, m=measurement(0.8, memory=200 * MiB))
+    s.add(Role.CONFIRM, {FAST: True}, None, trial=1, m=measurement(0.8, memory=300 * MiB))
+    both = best_row_json(best_rows(s.runs, load_catalog())[1])
+    assert both["observations"] == 2  # two PAIRED processes: an interval over them
+    assert both["pooled_interval"] == [pytest.approx(1.25), pytest.approx(1.25)]
+    within = best_row_json(best_rows(s.runs, load_catalog(), memory_budget=250 * MiB)[1])
+    assert (within["trial"], within["observations"], within["pooled_interval"]) == (1, 1, None)
+
+
 def test_the_reasons_read_exactly():
     s = tiered_study()
     order = dict((run.trial_number, (run, c)) for run, c in confirmed_order(s.runs))
@@ -702,6 +737,19 @@ def test_a_study_row_counts_trials_and_runs():
         "name": "s", "space": "cpu", "benchmark": "matmul", "preset": "tiny", "devices": 8,
         "trials": 8, "counted": 8, "target": None, "runs": 20, "state": "searching",
         "priority": 0, "created": "2026-01-01T00:00:00+00:00"}
+
+
+def test_a_study_row_is_queued_until_a_process_measures_it():
+    record = StudyRecord("s", "cpu", "matmul", "tiny", 8, MeasureMode.PAIRED, WHEN)
+    assert study_row(record, [])["state"] == "queued"
+    assert study_row(record, [], running=True)["state"] == "searching"
+
+
+def test_a_study_row_has_no_target_where_its_recipe_gives_no_whole_number():
+    record = StudyRecord("s", "cpu", "matmul", "tiny", 8, MeasureMode.PAIRED, WHEN,
+                         plan={"recipe": {"options": {"trials": 20.5}}})
+    row = study_row(record, study_with_confirmations().runs)
+    assert (row["target"], row["counted"], row["state"]) == (None, 8, "searching")
 
 
 def test_best_rows_as_json_state_the_confirmed_figure_and_the_verdict():

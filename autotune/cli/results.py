@@ -177,7 +177,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
     from autotune.flags.catalog import load_catalog
     from autotune.ground.records import Role
     from autotune.results.confirmation import Confirmations
-    from autotune.results.ranking import pareto_front, peak_memory, verdict_text
+    from autotune.results.ranking import main_runs, pareto_front, peak_memory, verdict_text
     from autotune.results.table import changed_flags
 
     catalog = load_catalog()
@@ -187,7 +187,7 @@ def _print_pareto(record: Any, runs: list[Any]) -> None:
         table.add_column(col, overflow="fold", width=least)
     table.add_column("confirmed speedup (95% CI)", overflow="fold", ratio=1)
     front = pareto_front(runs, record.memory_budget_bytes)
-    confirmations = Confirmations.of(runs)
+    confirmations = Confirmations.of(main_runs(runs))  # as `pareto_front` reads them
     for run in front:
         baseline = run.role is Role.BASELINE
         table.add_row(str(run.trial_number), f"×{run.speedup:.3f}", fmt_bytes(peak_memory(run)),

@@ -196,7 +196,7 @@ def confirmed_order(runs: list[RunRecord], memory_budget: int | None = None) -> 
     A search winner that was luck therefore drops below one the
     re-measurement upholds, and nothing unconfirmed outranks a confirmed gain.
     """
-    confirmations = Confirmations.of(runs)
+    confirmations = Confirmations.of(main_runs(runs))  # another environment's confirm nothing
     pairs = [(run, confirmations.of_run(run)) for run in ranked(runs, memory_budget)]
     return sorted(pairs, key=lambda p: _tier_key(*p))
 
@@ -354,7 +354,7 @@ def ordered(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
         return confirmed_order(runs, memory_budget)
     order = sorted(ranked(runs, memory_budget),
                    key=lambda r: (peak_memory(r) or math.inf, r.ratio or math.inf))
-    confirmations = Confirmations.of(runs)
+    confirmations = Confirmations.of(main_runs(runs))
     return [(run, confirmations.of_run(run)) for run in order]
 
 
