@@ -663,3 +663,186 @@ def test_every_figure_of_the_study_page_keeps_to_the_memory_budget():
 def test_a_study_nothing_measured_yet_is_searching_while_a_worker_is_live():
     assert study_summary(record(), [], [worker("h1", 1, 0, 1, 0, True)])["state"] == "searching"
     assert study_summary(record(), [], [worker("h1", 1, 0, 0, 0, False)])["state"] == "queued"
+
+
+# --- what each chart and comparison says at its edges ------------------------------------------
+
+
+def test_the_recommendation_is_the_shrunk_minimal_set_once_shrinking_is_done():
+    """Confirmed with two flags; compiled without the level it is the same program, so the
+    page (and a comparison) recommends the fast math flag alone."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(s, 1, {FAST: True, LEVEL: 2}, 0.9, [0.8] * 4)
+    for flags, program in [({FAST: True, LEVEL: 2}, "w"), ({FAST: True}, "w"), ({}, "base")]:
+        s.add(Role.FINGERPRINT, flags, None, trial=1,
+              m=replace(measurement(), fingerprint=program))
+    page = study_page(record(), s.runs, CATALOG)
+    assert page["recommendation"]["flags"] == {FAST: True}
+    assert page["recommendation"]["xla_flags"] == f"--{FAST}=true"
+    assert page["contributions"]["done"] is True
+    assert [f["flag"] for f in page["contributions"]["no_program_change"]] == [LEVEL]
+    both = compare_studies(record("a"), s.runs, record("b"), s.runs, CATALOG)
+    assert both["winner_a_on_b"]["flags"] == {FAST: True}
+
+
+def test_program_groups_read_the_search_programs_only():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.9, m=measurement(0.9))
+    s.add(Role.SEARCH, {LEVEL: 2}, None, kind=OutcomeKind.CRASHED)  # no program
+    s.add(Role.CONFIRM, {WIDTH: 128}, 0.9, trial=5, m=measurement(0.9))  # not a search's
+    assert program_groups(s.runs, [0, 1, 5]) == {"0": {"count": 0, "trials": []}}
+
+
+def test_best_so_far_gives_a_failed_process_no_speedup_even_with_a_ratio_stored():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    s.add(Role.SEARCH, {FAST: True}, 0.5, kind=OutcomeKind.NUMERICS_MISMATCH,
+          m=measurement(0.5))
+    assert [p["speedup"] for p in best_so_far(s.runs)] == [1.0, None]
+
+
+def test_a_slice_counts_each_run_of_an_unknown_program_as_a_program_of_its_own():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0)
+    for ratio in (0.8, 0.5):
+        s.add(Role.SEARCH, {FAST: True}, ratio, m=replace(measurement(ratio), fingerprint=None))
+    s.add(Role.SEARCH, {}, 1.0)
+    (got,) = slices(s.runs, CATALOG)
+    assert [(p["value"], p["trial"], p["speedup"]) for p in got["points"]] == [
+        ("true", 1, 1.25), ("true", 2, 2.0), ("default", 3, 1.0)]
+
+
+def test_a_flag_every_timed_run_gave_one_value_has_no_slice():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 128}, 0.8)
+    s.add(Role.SEARCH, {FAST: True, WIDTH: 512}, 0.9)
+    assert [g["flag"] for g in slices(s.runs, CATALOG)] == [WIDTH]
+
+
+def test_a_slice_plots_an_infinitely_slower_run_at_speedup_0():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, math.inf)
+    s.add(Role.SEARCH, {}, 1.0)
+    (got,) = slices(s.runs, CATALOG)
+    assert [(p["value"], p["speedup"]) for p in got["points"]] == [("true", 0.0),
+                                                                   ("default", 1.0)]
+
+
+def test_the_timeline_skips_a_running_claim_and_draws_the_claims_after_it():
+    s = Runs()
+    base = s.add(Role.BASELINE, {}, 1.0)
+    running = ClaimRecord(1, "s", "env", "k1", Role.SEARCH, {}, 1, ClaimState.RUNNING, "a", 7,
+                          None, WHEN)
+    done = ClaimRecord(2, "s", "env", "k2", Role.BASELINE, {}, 0, ClaimState.DONE, "b", 8,
+                       base.id, WHEN + timedelta(seconds=1))
+    assert [b["worker"] for b in timeline(s.runs, [running, done])] == ["b:8"]
+
+
+def test_the_scatter_draws_the_first_baseline_that_succeeded_once():
+    s = Runs()
+    s.add(Role.BASELINE, {}, None, trial=0, kind=OutcomeKind.CRASHED)
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, same=True))
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=replace(measurement(1.1), fingerprint="base"))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, trial=1)
+    assert [(p["trial"], p["median_step_s"], p["n"]) for p in scatter(record(), s.runs)[
+        "points"]] == [(0, 1.0, 1), (1, 0.8, 1)]
+
+
+def test_a_scatter_point_of_a_run_that_kept_no_measurement_has_no_step_time():
+    s = Runs()
+    base = s.add(Role.BASELINE, {}, 1.0)
+    s.runs[0] = replace(base, outcome=replace(base.outcome, measurement=None))
+    assert scatter(record(), s.runs)["points"] == [
+        {"trial": 0, "median_step_s": None, "peak_memory_bytes": None, "speedup": 1.0, "n": 1,
+         "pareto": False}]
+
+
+def test_the_pareto_front_under_a_budget_is_of_the_runs_within_it():
+    """One program timed twice, once over the budget: within it, its point is the run that
+    kept to the budget, which beats XLA's defaults on both axes."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.8,
+          m=replace(measurement(0.8, memory=300 * MiB), fingerprint="shared"))
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.85,
+          m=replace(measurement(0.85, memory=100 * MiB), fingerprint="shared"))
+    got = scatter(record(objectives=("time", "memory"), memory_budget_bytes=250 * MiB), s.runs)
+    assert [(p["trial"], p["pareto"]) for p in got["points"]] == [(0, False), (2, True)]
+
+
+def test_failures_of_equally_many_runs_list_their_kinds_alphabetically():
+    s = Runs()
+    for kind in (OutcomeKind.TIMEOUT, OutcomeKind.OOM, OutcomeKind.COMPILE_ERROR):
+        s.add(Role.SEARCH, {}, None, kind=kind)
+    assert [f["kind"] for f in failures(s.runs)] == ["compile_error", "oom", "timeout"]
+
+
+def test_an_environment_without_a_baseline_that_succeeded_says_so():
+    s = Runs()
+    s.add(Role.BASELINE, {}, None, kind=OutcomeKind.CRASHED, environment=HOST)
+    s.add(Role.SEARCH, {FAST: True}, 0.9, environment=HOST)
+    (env,) = progress(s.runs, [])["environments"]
+    assert (env["runs"], env["ok"], env["failed"], env["baseline"]) == (2, 1, 1, False)
+
+
+def test_comparing_a_trial_that_measured_nothing_has_no_program_to_compare():
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, None, kind=OutcomeKind.CRASHED)
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.9, m=replace(measurement(0.9), hlo_stats={"dot": 1}))
+    got = compare_trials(s.runs, 0, 1, CATALOG)
+    assert got is not None
+    assert (got["same_program"], got["program_diff"], got["speedup_a"]) == (None, [], None)
+
+
+def test_a_compared_flag_the_catalog_does_not_know_has_no_stated_default():
+    s = Runs()
+    s.add(Role.SEARCH, {"MY_RUNTIME_KNOB": "1"}, 0.9)
+    s.add(Role.SEARCH, {}, 1.0)
+    got = compare_trials(s.runs, 0, 1, CATALOG)
+    assert got is not None
+    assert got["diff"] == [{"flag": "MY_RUNTIME_KNOB", "a": "1", "b": None, "default": None}]
+
+
+def test_a_winner_not_measured_in_the_other_study_holds_exactly_these_keys():
+    a = tiered_study().runs
+    c = Runs()
+    c.add(Role.SEARCH, {LEVEL: 0}, 0.9, trial=1)
+    got = compare_studies(record("a"), a, record("c"), c.runs, CATALOG)["winner_a_on_b"]
+    assert {k: got[k] for k in ("trial", "flags", "there", "holds", "text")} == {
+        "trial": 2, "flags": {FAST: True}, "there": None, "holds": None,
+        "text": "not measured in the other study"}
+    assert sorted(got) == ["flags", "holds", "interval", "reason", "recommended", "speedup",
+                           "text", "there", "trial", "xla_flags"]
+
+
+def test_a_winner_whose_interval_there_starts_at_exactly_1_does_not_hold():
+    a = tiered_study().runs
+    b = Runs()
+    b.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
+    confirmed(b, 1, {FAST: True}, 0.9, [1.0] * 4)
+    got = compare_studies(record("a"), a, record("b"), b.runs, CATALOG)["winner_a_on_b"]
+    assert got["there"]["interval"] == [1.0, 1.0]
+    assert (got["holds"], got["text"]) == (False, "does not hold")
+
+
+def test_common_configurations_sort_by_the_first_studys_figure_none_last():
+    """A run stored without a ratio of its own (its paired steps say 0.5) has no figure to
+    show: it goes after the slower configuration, though its program ranks first."""
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(same=True))
+    s.add(Role.SEARCH, {FAST: True}, None, m=measurement(0.5))
+    s.add(Role.SEARCH, {WIDTH: 128}, 2.0)
+    got = compare_studies(record("a"), s.runs, record("b"), s.runs, CATALOG)
+    assert [(row["a"]["trial"], row["a"]["speedup"]) for row in got["common"]] == [
+        (2, 0.5), (1, None)]
+
+
+def test_a_comparison_keeps_to_the_second_studys_budget_too():
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=10, same=True))
+    s.add(Role.SEARCH, {WIDTH: 128}, 0.6, m=measurement(0.6, memory=100))
+    s.add(Role.SEARCH, {FAST: True}, 0.8, m=measurement(0.8, memory=10))
+    got = compare_studies(record("a"), s.runs, record("b", memory_budget_bytes=50), s.runs,
+                          CATALOG)
+    assert [row["flags"] for row in got["common"]] == [{FAST: True}]

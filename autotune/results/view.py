@@ -560,7 +560,7 @@ def _by_config(runs: list[RunRecord], budget: int | None,
 
 
 def _holds(winner: dict[str, Any] | None, other: Mapping[str, RunRecord],
-           other_runs: list[RunRecord], catalog: Any) -> dict[str, Any] | None:
+           other_runs: list[RunRecord]) -> dict[str, Any] | None:
     """How one study's recommended configuration measured in the other study."""
     if winner is None:
         return None
@@ -598,5 +598,5 @@ def compare_studies(ra: StudyRecord, runs_a: list[RunRecord], rb: StudyRecord,
         return {**study_header(record), "environments": environments(runs)}
 
     return {"a": header(ra, runs_a), "b": header(rb, runs_b), "same_space": ra.space == rb.space,
-            "common": common, "winner_a_on_b": _holds(pick[0], kb, runs_b, catalog),
-            "winner_b_on_a": _holds(pick[1], ka, runs_a, catalog)}
+            "common": common, "winner_a_on_b": _holds(pick[0], kb, runs_b),
+            "winner_b_on_a": _holds(pick[1], ka, runs_a)}
