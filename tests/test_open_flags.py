@@ -216,15 +216,19 @@ def test_each_round_is_one_child_that_forks_a_parse_per_batch(tmp_path):
     assert found.runs > rounds >= 3, (found.runs, rounds)
 
 
-def test_without_forks_the_batches_of_one_round_run_side_by_side(tmp_path, monkeypatch):
-    """Where the round's child cannot fork after loading jaxlib's extension, each batch
-    gets a child of its own, and a round's children run side by side. Each child here
-    waits 1 s first, so side by side they overlap."""
+@pytest.mark.parametrize("round_child", ["import sys; sys.exit(NO_FORKS)", "print('[{}]')",
+                                         "import os; os.abort()"])
+def test_without_forks_the_batches_of_one_round_run_side_by_side(tmp_path, monkeypatch,
+                                                                  round_child):
+    """Where the round's child cannot fork after loading jaxlib's extension, or gives no
+    answers, each batch gets a child of its own, and a round's children run side by side.
+    Each child here waits 1 s first, so side by side they overlap."""
     from autotune.flags import registry
 
     log = tmp_path / "children.log"
     monkeypatch.setattr(registry, "_parallel", lambda: 2)
-    monkeypatch.setattr(registry, "_ROUND", f"import sys; sys.exit({registry._NO_FORKS})")
+    monkeypatch.setattr(registry, "_ROUND",
+                        round_child.replace("NO_FORKS", str(registry._NO_FORKS)))
     found = registry.known_flags(str(_logging_python(tmp_path, log)),
                                  candidates=_SILENT_AMONG)
     assert found.names == tuple(sorted(_SILENT_AMONG)) and found.runs >= 3

@@ -216,7 +216,8 @@ def _settle(python: str, timeout_s: float, version: str, candidates: list[str]) 
 def _round(python: str, batches: list[set[str]], timeout_s: float
            ) -> list[subprocess.CompletedProcess[str]] | None:
     """XLA's answer to each of `batches` (every name set to `1`), each parsed in a fork of
-    one `_ROUND` child; None where that child cannot load jaxlib's extension and fork."""
+    one `_ROUND` child; None where that child gives no answers (it cannot load jaxlib's
+    extension or fork, or it failed), so that a child per batch asks instead."""
     flags = [format_tokens([(n, "1") for n in sorted(batch)]) for batch in batches]
     parallel, alarm = _parallel(), max(1, math.ceil(timeout_s))
     env = dict(os.environ, XLA_FLAGS="", TF_CPP_MIN_LOG_LEVEL="0")
@@ -229,16 +230,15 @@ def _round(python: str, batches: list[set[str]], timeout_s: float
         except subprocess.TimeoutExpired:
             raise ProbeError(f"no answer from {python} in time while listing XLA's "
                              "flags") from None
-    if done.returncode == _NO_FORKS:
-        return None
-    try:
-        answers = json.loads(done.stdout)
-        codes = [int(a["returncode"]) for a in answers]
-        texts = [str(a["stderr"]) for a in answers]
+    try:  # no answers at all (`_NO_FORKS`, or the child failed): a child per batch instead
+        answers = json.loads(done.stdout) if done.returncode == 0 else None
+        codes = [int(a["returncode"]) for a in answers or ()]
+        texts = [str(a["stderr"]) for a in answers or ()]
     except (ValueError, TypeError, KeyError):
-        raise ProbeError(f"could not read XLA's answers from {python}: "
-                         f"{done.stderr.strip()[-300:] or 'no output'}") from None
-    if len(codes) != len(batches) or -signal.SIGALRM in codes:
+        return None
+    if len(codes) != len(batches):
+        return None
+    if -signal.SIGALRM in codes:
         raise ProbeError(f"no answer from {python} in {timeout_s:g} s while listing XLA's "
                          "flags")
     return [subprocess.CompletedProcess(python, code, "", text)
