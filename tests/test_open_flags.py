@@ -216,8 +216,9 @@ def test_each_round_is_one_child_that_forks_a_parse_per_batch(tmp_path):
     assert found.runs > rounds >= 3, (found.runs, rounds)
 
 
-@pytest.mark.parametrize("round_child", ["import sys; sys.exit(NO_FORKS)", "print('[{}]')",
-                                         "import os; os.abort()"])
+@pytest.mark.parametrize("round_child", [
+    "import sys; sys.exit(NO_FORKS)", "print('[{}]')", "import os; os.abort()",
+    "print('[{\"returncode\": -14, \"stderr\": \"\"}]')"])  # a fork's alarm went off
 def test_without_forks_the_batches_of_one_round_run_side_by_side(tmp_path, monkeypatch,
                                                                   round_child):
     """Where the round's child cannot fork after loading jaxlib's extension, or gives no
