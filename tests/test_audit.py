@@ -78,7 +78,7 @@ def test_a_real_audit_says_of_each_flag_what_it_does_and_resumes(tmp_path):
     assert verdicts["xla_cpu_enable_fast_math"] in (Verdict.HELPS, Verdict.NO_MEASURABLE_EFFECT)
     assert (verdicts["xla_gpu_graph_level"], verdicts["xla_bogus_zz"]) == (
         Verdict.OBSOLETE, Verdict.UNKNOWN)
-    assert report["whole_set"]["verdict"] == "slower"
+    assert report["whole_set"]["verdict"] == "slower in 2 processes"  # --confirm-repeats 2
     exported = autotune.load_config(tmp_path / "min.yaml")
     assert dict(exported.flags) == report["minimal_set"]
     assert "xla_backend_optimization_level" not in exported.flags  # never what hurts

@@ -35,6 +35,7 @@ from autotune.results.confirmation import (
     worth_applying,
 )
 from autotune.results.ranking import (
+    _tier_key,
     confirmed_order,
     environments,
     find_environment,
@@ -118,6 +119,21 @@ def test_a_confirmation_is_faster_only_when_its_whole_interval_is(est, same, ver
     c = Confirmation(1, {FAST: True}, est, runs=4, failures=0, same_program=same)
     assert c.verdict() == verdict
     assert c.measurable_gain is gain
+
+
+@pytest.mark.parametrize(("runs", "failures", "verdict"), [
+    (1, 0, "slower in 1 process"), (3, 0, "slower in 3 processes"),
+    (5, 2, "slower in 3 processes"), (4, 0, "slower")])
+def test_slower_in_fewer_than_min_processes_names_them_and_ranks_as_slower(
+        runs, failures, verdict):
+    """One racing process is no verdict on a configuration: "slower" alone needs
+    `MIN_PROCESSES` (as "faster" does); the ranking's tier is that of the slower either
+    way."""
+    c = Confirmation(1, {FAST: True}, estimate(1.1, 1.05, 1.15), runs=runs, failures=failures)
+    assert (c.verdict(), c.measured_slower) == (verdict, True)
+    assert _tier_key(Runs().add(Role.SEARCH, {FAST: True}, 1.1), c)[0] == 3
+    assert not Confirmation(1, {}, estimate(1.1, 1.05, 1.15), runs=1, failures=0,
+                            same_program=True).measured_slower
 
 
 @pytest.mark.parametrize(("high", "worth", "verdict"), [
@@ -562,8 +578,8 @@ def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
     assert confirmed_order(s.runs)[0][0].trial_number == 0
     assert recommend(s.runs).reason == (
         "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
-        "confirmed, trial 1: ×0.833 [0.833, 0.833] slower over 3 fresh processes): keep "
-        "XLA's defaults")
+        "confirmed, trial 1: ×0.833 [0.833, 0.833] slower in 3 processes): keep XLA's "
+        "defaults")
 
 
 def test_the_memory_recommendation_reads_exactly_and_needs_a_clean_baseline():

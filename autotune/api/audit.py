@@ -371,7 +371,7 @@ def _alone(name: str, text: str | None, state: Any, source: RunRecord, runs: lis
     words = f"the set's program is this flag's alone; against XLA's defaults: {verdict}" + (
         f", ×{whole['speedup']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
     kind = Verdict.HELPS if verdict == "faster" else (
-        Verdict.HURTS if verdict == "slower" else Verdict.NO_MEASURABLE_EFFECT)
+        Verdict.HURTS if verdict.startswith("slower") else Verdict.NO_MEASURABLE_EFFECT)
     return FlagAudit(name, text, kind, words)
 
 

@@ -102,10 +102,19 @@ class Confirmation:
         the numerics guard: the only configurations autotune recommends over XLA's defaults."""
         return self.worth_gain and not self.same_program and self.numerics_failures == 0
 
+    @property
+    def measured_slower(self) -> bool:
+        """The interval excludes 1.0 on the slower side, over any number of processes (the
+        ranking's tier of the confirmed slower)."""
+        e = self.estimate
+        return not self.same_program and e is not None and not e.includes_one and e.ratio >= 1
+
     def verdict(self) -> str:
         """'faster', 'slower', 'no measurable gain' (or 'failed'), 'faster in N processes,
-        M needed' (a gain worth applying over fewer than `MIN_PROCESSES`), or, for an
-        interval below 1.0 that does not lie below 1 - `MIN_GAIN`, 'less than N% faster'."""
+        M needed' (a gain worth applying over fewer than `MIN_PROCESSES`), 'slower in N
+        process(es)' (measured slower over fewer than `MIN_PROCESSES`: one racing process
+        is no verdict on the configuration), or, for an interval below 1.0 that does not
+        lie below 1 - `MIN_GAIN`, 'less than N% faster'."""
         e = self.estimate
         if self.same_program:
             return "no measurable gain"
@@ -114,7 +123,8 @@ class Confirmation:
         if e.includes_one:
             return "no measurable gain"
         if e.ratio >= 1:
-            return "slower"
+            n = self.good_runs
+            return "slower" if self.enough_runs else f"slower in {n} process{'es' * (n != 1)}"
         if worth_applying(e) and not self.enough_runs:
             return f"faster in {self.good_runs} processes, {MIN_PROCESSES} needed"
         return "faster" if self.worth_gain else f"less than {MIN_GAIN:.1%} faster"

@@ -214,7 +214,7 @@ def _tier_key(run: RunRecord, conf: Confirmation | None) -> tuple[int, float]:
             return (0, estimate.ratio)
         return (0, -estimate.speedup_interval[0])
     ratio = estimate.ratio if estimate is not None else 1.0
-    return (3, ratio) if conf.verdict() == "slower" else (1, ratio)
+    return (3, ratio) if conf.measured_slower else (1, ratio)
 
 
 @dataclass(frozen=True)
@@ -296,9 +296,11 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
     run, c = others[0]
     floor = _confirmation.MIN_GAIN
     faster = f"at least {floor:.1%} faster" if floor > 0 else "faster"
+    said = verdict_text(c)  # its processes once: a verdict of too few names them already
+    if f"in {c.good_runs} process" not in c.verdict():
+        said += f" over {c.good_runs} fresh processes"
     return (f"no configuration was confirmed {faster} than XLA's defaults (the best confirmed, "
-            f"trial {run.trial_number}: {verdict_text(c)} over {c.good_runs} fresh "
-            "processes): keep XLA's defaults")
+            f"trial {run.trial_number}: {said}): keep XLA's defaults")
 
 
 def verdict_text(c: Confirmation | None) -> str:
