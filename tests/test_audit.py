@@ -7,6 +7,7 @@ Real jaxlib (the probe's children), real trial processes on the CPU, a real SQLi
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -91,3 +92,6 @@ def test_a_real_audit_says_of_each_flag_what_it_does_and_resumes(tmp_path):
     assert again.exit_code == 0 and after == before  # resumed: nothing measured twice
     assert "xla_gpu_enable_latency_hiding_scheduler=true\n    no effect on the compiled " \
            "program" in again.stdout  # a flag name on a line of its own, never cut
+    [line] = [x for x in again.stdout.splitlines() if x.startswith("the whole set against")]
+    assert re.fullmatch(r"the whole set against XLA's defaults: slower in 2 processes, "
+                        r"×0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", line), line  # its processes once

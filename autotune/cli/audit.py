@@ -114,10 +114,12 @@ def _print(report: Any, output: Path | None) -> None:
         say(f"    [bold]{literal(flag.verdict.value)}[/]: {literal(flag.evidence)}")
     whole = report.whole_set
     if whole is not None:
-        interval = whole.get("speedup_interval")
-        say(f"the whole set against XLA's defaults: {literal(whole.get('verdict'))}"
-            + (f", ×{whole['speedup']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}] in "
-               f"{whole.get('confirmation_runs')} fresh processes" if interval else ""))
+        interval, runs = whole.get("speedup_interval"), whole.get("confirmation_runs")
+        verdict = str(whole.get("verdict"))  # "slower in 2 processes" names them already
+        where = "" if f"in {runs} process" in verdict else f" in {runs} fresh processes"
+        say(f"the whole set against XLA's defaults: {literal(verdict)}"
+            + (f", ×{whole['speedup']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]{where}"
+               if interval else ""))
     if report.note:
         say(f"note: {literal(report.note)}")
     if report.export is not None:
