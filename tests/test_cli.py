@@ -613,6 +613,35 @@ def test_benchmarks_list_shows_the_collectives_from_the_compiled_hlo(tmp_path):
     assert "none" in rows["matmul"]
 
 
+def test_benchmarks_list_compiles_the_benchmarks_side_by_side_in_their_order(
+        tmp_path, monkeypatch):
+    """Each benchmark's child is independent: `benchmarks list` runs a CPU's worth at once
+    (10 benchmarks, 21 s one after another, 12 s two at a time on 2 cores), the rows
+    still in the benchmarks' order. Here each "child" waits 0.5 s and says when."""
+    from autotune.ground import resources
+    from autotune.launch import inventory
+
+    spans: dict[str, tuple[float, float]] = {}
+
+    def found(info, devices):
+        start = time.monotonic()
+        time.sleep(0.5)
+        spans[info.name] = (start, time.monotonic())
+        return {kind: {"count": len(info.name) if kind == "all-gather" else 0, "in_loop": 0}
+                for kind in inventory.COLLECTIVES}
+
+    monkeypatch.setattr(inventory, "collectives", found)
+    monkeypatch.setattr(resources, "usable_cpus", lambda most=8: 2)
+    listed = invoke("benchmarks", "list", "matmul", "transformer", "mlp-dp", "--format", "json",
+                    cwd=tmp_path)
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert [(r["benchmark"], r["collectives"]["all-gather"]["count"]) for r in rows] == [
+        ("matmul", 6), ("transformer", 11), ("mlp-dp", 6)]
+    (a, b, c) = sorted(spans.values())
+    assert b[0] < a[1] and c[0] >= min(a[1], b[1]) - 0.01  # two at a time, then the third
+
+
 @pytest.mark.slow
 def test_a_program_measured_already_is_not_timed_again(tmp_path):
     """A/A: GPU flags change nothing on a CPU, so every trial compiles to the baseline's

@@ -67,14 +67,19 @@ def benchmarks_list(
     `{benchmark, description, presets, collectives: {kind: {count, in_loop}}}`,
     with `error` in place of `collectives` where the benchmark did not compile.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from rich.table import Table
 
+    from autotune.ground.resources import usable_cpus
     from autotune.launch.inventory import collectives, describe, entry
     from autotune.launch.workloads import list_benchmarks, resolve_benchmark
 
     infos = [resolve_benchmark(n) for n in names] if names else list_benchmarks()
-    with out.status("compiling each benchmark once (cached afterwards)..."):
-        rows = [(info, collectives(info, devices)) for info in infos]
+    with out.status("compiling each benchmark once (cached afterwards)..."), \
+            ThreadPoolExecutor(max_workers=usable_cpus()) as pool:  # a child each, side by side
+        rows = list(zip(infos, pool.map(lambda info: collectives(info, devices), infos),
+                        strict=True))
     if fmt == OutputFormat.JSON:
         print_json([entry(info, found) for info, found in rows])
         return

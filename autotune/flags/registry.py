@@ -38,7 +38,7 @@ from pathlib import Path
 
 from autotune.flags._probe_runner import ProbeError, jaxlib_version
 from autotune.flags.compose import format_tokens
-from autotune.ground.resources import cache_root
+from autotune.ground.resources import cache_root, usable_cpus
 
 __all__ = ["KnownFlags", "known_flags"]
 
@@ -246,12 +246,8 @@ def _round(python: str, batches: list[set[str]], timeout_s: float
 
 
 def _parallel() -> int:
-    """Children started at once: the CPUs this process may use, up to 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(8, cpus))
+    """Children (or forks) started at once: the CPUs this process may use, up to 8."""
+    return usable_cpus(8)
 
 
 def _start(python: str, batch: set[str], timeout_s: float) -> subprocess.CompletedProcess[str]:

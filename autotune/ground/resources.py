@@ -33,6 +33,18 @@ def missing_modules(extra: str, modules: tuple[str, ...] | None = None) -> list[
     return [name for name in (modules or EXTRAS[extra])
             if importlib.util.find_spec(name) is None]
 
+def usable_cpus(most: int = 8) -> int:
+    """The CPUs this process may use (its affinity where the OS tells it), at least 1 and
+    at most `most`: how many independent children to run at once."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(most, cpus))
+
+
 DATA_DIRS = ("search_spaces", "benchmarks", "alembic")
 
 #: the autotune package (this module lives in `autotune/ground/`)
