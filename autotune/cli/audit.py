@@ -106,6 +106,8 @@ def _search(runner: Any, plan: Any) -> None:
 def _print(report: Any, output: Path | None) -> None:
     """Each flag on a line of its own (never cut), its verdict and evidence under it; then
     the whole set's line and the minimal set's."""
+    from autotune.results.confirmation import names_its_processes
+
     say(f"audit of {len(report.flags)} flags on jaxlib {literal(report.jaxlib)}"
         + (f" (study {literal(report.study)})" if report.study else "") + ":")
     for flag in report.flags:
@@ -116,7 +118,7 @@ def _print(report: Any, output: Path | None) -> None:
     if whole is not None:
         interval, runs = whole.get("speedup_interval"), whole.get("confirmation_runs")
         verdict = str(whole.get("verdict"))  # "slower in 2 processes" names them already
-        where = "" if f"in {runs} process" in verdict else f" in {runs} fresh processes"
+        where = "" if names_its_processes(verdict, runs) else f" in {runs} fresh processes"
         say(f"the whole set against XLA's defaults: {literal(verdict)}"
             + (f", ×{whole['speedup']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]{where}"
                if interval else ""))

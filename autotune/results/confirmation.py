@@ -42,6 +42,13 @@ MIN_GAIN = 0.01
 MIN_PROCESSES = 4
 
 
+def names_its_processes(verdict: str, processes: object) -> bool:
+    """Whether `verdict` (`Confirmation.verdict`) already says over how many processes it
+    stands ("faster in 2 processes, 4 needed", "slower in 1 process"), so a sentence that
+    quotes it does not say it again."""
+    return f"in {processes} process" in verdict
+
+
 def worth_applying(estimate: RatioEstimate | None) -> bool:
     """The time ratio's whole interval lies below 1.0 and below 1 - `MIN_GAIN`: the rule
     for every configuration autotune recommends (a confirmed one, and the smaller set that

@@ -297,7 +297,7 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
     floor = _confirmation.MIN_GAIN
     faster = f"at least {floor:.1%} faster" if floor > 0 else "faster"
     said = verdict_text(c)  # its processes once: a verdict of too few names them already
-    if f"in {c.good_runs} process" not in c.verdict():
+    if not _confirmation.names_its_processes(c.verdict(), c.good_runs):
         said += f" over {c.good_runs} fresh processes"
     return (f"no configuration was confirmed {faster} than XLA's defaults (the best confirmed, "
             f"trial {run.trial_number}: {said}): keep XLA's defaults")
