@@ -209,6 +209,7 @@ def test_flag_names_are_never_cut_in_lists_spaces_and_findings(tmp_path):
     listed = invoke("flags", "list", "--backend", "gpu", cwd=tmp_path).stdout.splitlines()
     gpu = [s.name for s in load_catalog() if s.backend.value == "gpu"]
     assert gpu and all(name in listed for name in gpu)
+    assert max(map(len, listed)) <= 80, max(listed, key=len)
     shown = invoke("spaces", "show", "gpu-collectives", cwd=tmp_path).stdout.splitlines()
     assert all(p.flag in shown for p in load_space("gpu-collectives").params.values())
     checked = invoke("flags", "check", "--xla_gpu_enable_latency_hiding_schedulerr=true",
@@ -274,3 +275,28 @@ def test_the_progress_best_is_the_incumbent_the_defaults_or_nothing_yet():
         ", best: defaults")  # one process at ×1.2 is not yet believed
     assert trial_text(TrialEvent(2, Role.RACE, ok, 1.1, 1.15, 3, 9, best_trial=1)).endswith(
         ", best: ×1.150 #1")
+
+
+def test_the_command_lists_wrap_each_summary_only_where_the_line_is_full(tmp_path):
+    """`autotune --help` listed a summary with the docstring's own line breaks ("the last
+    worker to finish" / "confirms and shrinks..."): ragged lines in an 80-column panel.
+    Every line of a summary but its last must be full: the next line's first word would
+    not have fitted on it."""
+    for group in ([], ["flags"], ["spaces"], ["benchmarks"], ["db"]):
+        shown = invoke(*group, "--help", cwd=tmp_path).stdout.splitlines()
+        top = next(i for i, line in enumerate(shown) if "Commands" in line)
+        rows = [line.strip("│").rstrip() for line in shown[top + 1:]
+                if line.startswith("│")]
+        rows = rows[:next((i for i, r in enumerate(rows) if "╰" in r), len(rows))]
+        start = len(rows[0]) - len(rows[0].split("  ", 1)[1].lstrip()) if rows else 0
+        width = len(shown[top]) - 2 - start - 1  # inside the panel, less the right margin
+        summaries: list[list[str]] = []
+        for row in rows:
+            name, text = row[:start].strip(), row[start:].strip()
+            if name:
+                summaries.append([])
+            summaries[-1].append(text)
+        assert len(summaries) >= 2
+        for lines in summaries:
+            for line, after in zip(lines, lines[1:], strict=False):
+                assert len(line) + 1 + len(after.split()[0]) > width, (group, lines)

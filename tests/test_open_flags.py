@@ -258,6 +258,12 @@ def test_flags_list_all_shows_what_this_xla_knows_beside_the_catalog(tmp_path):
         s.name for s in flags if s.obsolete is not None}
     assert len([r for r in rows.values() if not r["in_catalog"]]) > 100
     assert rows["xla_gpu_enable_triton_gemm"]["backend"] == "gpu"
+    # the text: every flag's whole name on a line of its own, every line within 80 columns
+    # (a long default value, or an obsolete flag's replacement, goes to a line of its own)
+    text = invoke("flags", "list", "--all", cwd=tmp_path).stdout.splitlines()
+    assert set(rows) <= set(text)
+    assert max(map(len, text)) <= 80, max(text, key=len)
+    assert "      xla_gpu_enable_dynamic_slice_fusion" in text  # a replacement, whole
 
 
 def test_a_paired_study_gives_an_open_flag_per_compilation_where_the_probe_says_so(tmp_path):

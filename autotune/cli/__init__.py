@@ -7,7 +7,9 @@ them. Every AutotuneError ends as one line on stderr and its exit code
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -36,33 +38,43 @@ app.add_typer(spaces_app, name="spaces")
 app.add_typer(benchmarks_app, name="benchmarks")
 app.add_typer(db_app, name="db")
 
-app.command("study")(friendly(study.study))
-app.command("worker")(friendly(worker.worker))
-app.command("confirm")(friendly(worker.confirm))
-app.command("best")(friendly(results.best))
-app.command("export")(friendly(results.export))
-app.command("studies")(friendly(results.studies))
-app.command("recommend")(friendly(results.recommend))
-app.command("delete")(friendly(results.delete))
-app.command("trials")(friendly(results.trials))
-app.command("importance")(friendly(importance.importance))
-app.command("apply")(friendly(apply.apply))
-app.command("audit")(friendly(audit.audit))
-app.command("pgle")(friendly(pgle.pgle))
-app.command("dashboard")(friendly(dashboard.dashboard))
-app.command("report")(friendly(dashboard.report))
-spaces_app.command("list")(friendly(catalog.spaces_list))
-spaces_app.command("show")(friendly(catalog.spaces_show))
-spaces_app.command("validate")(friendly(catalog.spaces_validate))
-flags_app.command("list")(friendly(catalog.flags_list))
-flags_app.command("show")(friendly(catalog.flags_show))
+
+def _command(group: typer.Typer, name: str, function: Callable[..., Any],
+             **settings: Any) -> None:
+    """Register `function` as `name` of `group`, with its docstring's first paragraph as
+    the one-line summary the command lists show: rich keeps a docstring's line breaks,
+    which cut a summary wrapped at 90 columns into ragged lines (`autotune --help`)."""
+    paragraph = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0]
+    group.command(name, short_help=" ".join(paragraph.split()), **settings)(friendly(function))
+
+
+_command(app, "study", study.study)
+_command(app, "worker", worker.worker)
+_command(app, "confirm", worker.confirm)
+_command(app, "best", results.best)
+_command(app, "export", results.export)
+_command(app, "studies", results.studies)
+_command(app, "recommend", results.recommend)
+_command(app, "delete", results.delete)
+_command(app, "trials", results.trials)
+_command(app, "importance", importance.importance)
+_command(app, "apply", apply.apply)
+_command(app, "audit", audit.audit)
+_command(app, "pgle", pgle.pgle)
+_command(app, "dashboard", dashboard.dashboard)
+_command(app, "report", dashboard.report)
+_command(spaces_app, "list", catalog.spaces_list)
+_command(spaces_app, "show", catalog.spaces_show)
+_command(spaces_app, "validate", catalog.spaces_validate)
+_command(flags_app, "list", catalog.flags_list)
+_command(flags_app, "show", catalog.flags_show)
 # Flag strings start with "--": let them through as arguments, not options.
-flags_app.command("check", context_settings={"ignore_unknown_options": True})(
-    friendly(catalog.flags_check))
-benchmarks_app.command("list")(friendly(catalog.benchmarks_list))
-benchmarks_app.command("example")(friendly(catalog.benchmarks_example))
-db_app.command("upgrade")(friendly(results.db_upgrade))
-db_app.command("current")(friendly(results.db_current))
+_command(flags_app, "check", catalog.flags_check,
+         context_settings={"ignore_unknown_options": True})
+_command(benchmarks_app, "list", catalog.benchmarks_list)
+_command(benchmarks_app, "example", catalog.benchmarks_example)
+_command(db_app, "upgrade", results.db_upgrade)
+_command(db_app, "current", results.db_current)
 
 
 def _show_version(value: bool) -> None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -336,13 +337,17 @@ def _open_row(name: str) -> dict[str, Any]:
 def _print_flags(rows: list[dict[str, Any]]) -> None:
     """Each flag's whole name on a line of its own (never cut, whatever the width), and
     under it its type, documented default and recommended value, backend, channel and
-    status."""
+    status, wrapped within `TABLE_WIDTH` at spaces only (a value such as a list of
+    command-buffer kinds, or a replacement's flag name, stays whole on its line)."""
     for row in rows:
         out.print(literal(row["flag"]), highlight=False, soft_wrap=True)
         facts = [row["type"] or "type not known", f"default {_show(row['default'])}",
                  f"recommended {_show(row['recommended'])}", row["backend"], row["channel"]]
-        out.print("    " + ", ".join(facts) + (f"; {literal(row['status'])}"
-                                                if row["status"] else ""), highlight=False)
+        text = ", ".join(facts) + (f"; {literal(row['status'])}" if row["status"] else "")
+        for line in textwrap.wrap(text, TABLE_WIDTH, initial_indent="    ",
+                                  subsequent_indent="      ", break_long_words=False,
+                                  break_on_hyphens=False):
+            out.print(line, highlight=False, soft_wrap=True)
     out.print(f"{len(rows)} flags", highlight=False)
 
 
