@@ -284,3 +284,26 @@ def test_a_paired_study_gives_an_open_flag_per_compilation_where_the_probe_says_
     record = type("Record", (), {"plan": plan.recorded()})()  # what a reader has
     assert split_per_compile(config, study_catalog(load_catalog(), record)) == (config, {})
     assert split_per_compile(config, load_catalog()) == ({}, config)  # without the record
+
+
+def test_the_library_scan_takes_whole_words_only_from_large_jax_and_xla_libraries(tmp_path):
+    """The scan of jaxlib's libraries (`registry._SCAN`) does the look-behind by hand: a
+    candidate is `xla_` and two or more name characters where no word character comes
+    before it. Run in an interpreter whose `jaxlib` is a folder of made-up libraries."""
+    from autotune.flags import registry
+
+    package = tmp_path / "site" / "jaxlib"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    pad = b"\0" * (1 << 20)  # the scan reads libraries of 1 MiB or more
+    (package / "xla_extension.so").write_bytes(
+        b"xla_at_the_start\0--xla_gpu_whole=true " + pad + b" Axla_glued _xla_glued 9xla_glued"
+        b" xla_x xla_UPPER (xla_cpu_last)")
+    (package / "libjax_small.so").write_bytes(b"xla_too_small ")  # under 1 MiB: not read
+    (package / "other.so").write_bytes(b"xla_not_jax_named " + pad)  # neither jax nor xla
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-c", registry._SCAN], cwd=work, check=True, timeout=60,
+                   env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    found = json.loads((work / "candidates.json").read_text())
+    assert found == ["xla_at_the_start", "xla_cpu_last", "xla_gpu_whole"]
