@@ -300,3 +300,19 @@ def test_the_command_lists_wrap_each_summary_only_where_the_line_is_full(tmp_pat
         for lines in summaries:
             for line, after in zip(lines, lines[1:], strict=False):
                 assert len(line) + 1 + len(after.split()[0]) > width, (group, lines)
+
+
+def test_a_studys_progress_lines_are_never_cut_when_piped():
+    """The study's lines (its plan, the fit, what was reused or stopped, confirmation) went
+    through a console 160 columns wide when piped, so a long one broke mid-sentence ("(one
+    objective, 180" / "configurations > 12 trials)"). They are prose: one line each in a
+    log, wrapped at 80 columns on a terminal only."""
+    from types import SimpleNamespace
+
+    from autotune.cli import _common, _progress
+
+    why = "the study stopped because " + "every remaining proposal was measured " * 6
+    with _common.out.capture() as piped:
+        _progress._print_summary(SimpleNamespace(reused=3, stopped=why))
+    lines = piped.get().splitlines()
+    assert len(lines) == 2 and lines[1] == f"stopped early: {why}"

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from autotune.cli._common import fmt_bytes, literal, out
+from autotune.cli._common import fmt_bytes, literal, out, say
 from autotune.cli.results import print_best
 from autotune.ground.errors import AutotuneError
 from autotune.ground.proc import raise_if_interrupted
@@ -39,45 +39,44 @@ class _Lines(service.Watcher):
 
     def confirming(self, count: int, repeats: int) -> None:
         what = "the best configuration" if count == 1 else f"the best {count} configurations"
-        out.print(f"confirming {what}: {repeats} fresh processes each, interleaved with the "
+        say(f"confirming {what}: {repeats} fresh processes each, interleaved with the "
                   "baseline")
 
     def nothing_to_confirm(self) -> None:
-        out.print("nothing to confirm: the search measured no configuration beside XLA's "
+        say("nothing to confirm: the search measured no configuration beside XLA's "
                   "defaults")
 
     def confirmed(self, event: ConfirmEvent) -> None:
         if event.cap is None:
-            out.print(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "
-                      f"{_confirm_text(event)}", highlight=False)
+            say(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "
+                      f"{_confirm_text(event)}")
         else:  # sequential: its end is not known beforehand
-            out.print(f"confirm {event.done}: trial #{event.trial_number} "
+            say(f"confirm {event.done}: trial #{event.trial_number} "
                       f"{_confirm_text(event)} (sequential: its process {event.processes} "
-                      f"of at most {event.cap})", highlight=False)
+                      f"of at most {event.cap})")
 
     def shrinking(self, event: ShrinkEvent) -> None:
-        out.print(f"shrink: trial #{event.trial_number} {_shrink_text(event)}",
-                  highlight=False)
+        say(f"shrink: trial #{event.trial_number} {_shrink_text(event)}")
 
     def shrunk(self, state: Shrink | None) -> None:
         if state is None:
             return
         dropped = [r.flag for r in state.removals if r.dropped]
-        out.print(f"shrunk trial #{state.trial_number} to {len(state.minimal)} of "
+        say(f"shrunk trial #{state.trial_number} to {len(state.minimal)} of "
                   f"{len(state.minimal) + len(dropped)} flags"
                   + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
-                  + (f" ({literal(state.note)})" if state.note else ""), highlight=False)
+                  + (f" ({literal(state.note)})" if state.note else ""))
 
     def pgle_skipped(self, why: str) -> None:
-        out.print(f"PGLE skipped: {why}", highlight=False)
+        say(f"PGLE skipped: {why}")
 
     def pgle_starting(self, top: int, repeats: int) -> None:
-        out.print(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
+        say(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
                   "processes each, timed against the same flags without it")
 
     def pgle_measured(self, event: PgleEvent) -> None:
-        out.print(f"pgle {event.done}/{event.total}: trial #{event.trial_number} "
-                  f"{_confirm_text(event)}", highlight=False)
+        say(f"pgle {event.done}/{event.total}: trial #{event.trial_number} "
+                  f"{_confirm_text(event)}")
 
 
 def lines() -> service.Watcher:
@@ -113,16 +112,16 @@ def print_preflight(planned: Any) -> None:
     checked, report, space = planned.preflight, planned.report, planned.plan.space
     if checked.dropped:
         noun = "flag" if len(checked.dropped) == 1 else "flags"
-        out.print(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
+        say(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
                   f"{report.jaxlib_version}) does not know: "
-                  f"{literal(', '.join('--' + f for f in checked.dropped))}", highlight=False)
+                  f"{literal(', '.join('--' + f for f in checked.dropped))}")
     for flag, values in checked.dropped_values.items():
-        out.print(f"left out values of --{literal(flag)} this XLA rejects: "
-                  f"{literal(', '.join(map(str, values)))}", highlight=False)
+        say(f"left out values of --{literal(flag)} this XLA rejects: "
+                  f"{literal(', '.join(map(str, values)))}")
     if checked.backend_mismatch:
-        out.print(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
+        say(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
                   f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
-                  "expect no effect to measure", highlight=False)
+                  "expect no effect to measure")
 
 
 def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
@@ -135,22 +134,22 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
     runner.on_fit = _print_fit
     remaining = runner.remaining()
     if remaining == 0 and not until_done:
-        out.print(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
+        say(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
                   f"pass --trials {plan.trials + 10} to run more")
         return
     choice = runner.choice
     o = plan.options
-    out.print(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({o.preset}, "
+    say(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({o.preset}, "
               f"{o.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
               f"to run, {plan.mode.value} timing; minimising "
               f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
               + (f" ({literal(choice.reason)})" if choice.reason else "")
               + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
-                 if plan.memory_budget_bytes else ""), highlight=False)
+                 if plan.memory_budget_bytes else ""))
     run = runner.run_until_done if until_done else runner.run
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
-        summary = run(on_trial=lambda ev: out.print(
-            f"trial {ev.done}/{ev.total}: {trial_text(ev)}", highlight=False), limit=limit)
+        summary = run(on_trial=lambda ev: say(
+            f"trial {ev.done}/{ev.total}: {trial_text(ev)}"), limit=limit)
         _print_summary(summary)
         return
     columns = (TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
@@ -166,18 +165,17 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
 
 def _print_fit(fit: Any) -> None:
     """One line when the space is fitted to the workload (`best` lists each change)."""
-    out.print(literal(summary_text(fit)) + ("; `autotune best` says why" if fit.changes
-                                            else ""), highlight=False)
+    say(literal(summary_text(fit)) + ("; `autotune best` says why" if fit.changes
+                                            else ""))
 
 
 def _print_summary(summary: Any) -> None:
     """Say what was not launched: repeated proposals answered from records, an early stop."""
     if summary.reused:
-        out.print(f"{summary.reused} proposals repeated a configuration already measured "
-                  "(same effective flags): their results were reused, not re-measured",
-                  highlight=False)
+        say(f"{summary.reused} proposals repeated a configuration already measured "
+                  "(same effective flags): their results were reused, not re-measured")
     if summary.stopped:
-        out.print(f"stopped early: {literal(summary.stopped)}", highlight=False)
+        say(f"stopped early: {literal(summary.stopped)}")
 
 
 def _best_text(ev: Any) -> str:
@@ -214,8 +212,8 @@ def run_local_workers(store: Any, plan: Any, count: int) -> None:
     argv = [sys.executable, "-m", "autotune", "worker", "--study", plan.name,
             "--storage", store.url, "--until-done", "--leader", str(os.getpid())]
     logs = [folder / f"worker-{k}.log" for k in range(count)]
-    out.print(f"study '{literal(plan.name)}': starting {count} local workers (logs in "
-              f"{literal(folder)})", highlight=False)
+    say(f"study '{literal(plan.name)}': starting {count} local workers (logs in "
+              f"{literal(folder)})")
     procs = [subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL) for log in logs]
     try:
@@ -226,8 +224,8 @@ def run_local_workers(store: Any, plan: Any, count: int) -> None:
     failed = [(k, p.returncode) for k, p in enumerate(procs) if p.returncode != 0]
     for k, code in failed:
         tail = logs[k].read_text(errors="replace").strip().splitlines()[-3:]
-        out.print(f"worker {k} exited with code {code}; its log {literal(logs[k])} ends: "
-                  + literal(" | ".join(tail)), highlight=False)
+        say(f"worker {k} exited with code {code}; its log {literal(logs[k])} ends: "
+                  + literal(" | ".join(tail)))
     print_best(store, plan.name, limit=10)
     if failed:
         raise AutotuneError(f"{len(failed)} of {count} workers failed (see their logs above); "
@@ -255,8 +253,7 @@ def _watch(store: Any, plan: Any, procs: list[subprocess.Popen[bytes]]) -> None:
             now = state()
             progress.update(task, completed=min(now[0], plan.trials), phase=now[1])
             if now != last and not out.is_terminal:
-                out.print(f"trials {min(now[0], plan.trials)}/{plan.trials}: {now[1]}",
-                          highlight=False)
+                say(f"trials {min(now[0], plan.trials)}/{plan.trials}: {now[1]}")
             last = now
             if all(p.poll() is not None for p in procs):
                 return
