@@ -53,6 +53,15 @@ def stage_block(x: jax.Array, w: dict) -> jax.Array:
     return x + jax.nn.gelu(x @ w["w1"] + w["b1"], approximate=True) @ w["w2"]
 
 
+def _varying(x: jax.Array) -> jax.Array:
+    """``x`` marked as varying over the stage axis, as the scan's carry must be: JAX's
+    ``jax.lax.pcast(x, AXIS, to="varying")``, named ``jax.lax.pvary`` in the releases
+    before it (0.8.0, the oldest autotune supports, has only ``pvary``)."""
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, AXIS, to="varying")
+    return jax.lax.pvary(x, AXIS)
+
+
 def local_pipeline(weights: dict, inputs: jax.Array, targets: jax.Array, n_stages: int):
     """Run the pipeline on one stage (inside ``shard_map``); return (outputs, loss).
 
@@ -75,7 +84,7 @@ def local_pipeline(weights: dict, inputs: jax.Array, targets: jax.Array, n_stage
         outputs = outputs.at[slot].set(jnp.where(valid, y, outputs[slot]))
         return (jax.lax.ppermute(y, AXIS, forward_pairs), outputs), None
 
-    zeros = jax.lax.pcast(jnp.zeros_like(inputs), AXIS, to="varying")
+    zeros = _varying(jnp.zeros_like(inputs))
     carry = (zeros[0], zeros)
     (_, outputs), _ = jax.lax.scan(tick, carry, jnp.arange(n_micro + n_stages - 1))
     last = stage == n_stages - 1

@@ -516,6 +516,7 @@ QUICK = ["--preset", "tiny", "--devices", "1", "--steps", "5", "--warmup", "1", 
 
 
 @pytest.mark.slow
+@pytest.mark.oldest
 def test_script_example_tunes_end_to_end_with_confirmation(tmp_path):
     result = invoke("study", "--space", "cpu", "--script", str(EXAMPLES / "my_step.py"),
                     "--trials", "3", "--confirm", "1", "--confirm-repeats", "2",
@@ -602,6 +603,7 @@ def test_bad_workload_options_are_usage_errors(tmp_path, args, words):
 
 
 @pytest.mark.slow
+@pytest.mark.oldest
 def test_benchmarks_list_shows_the_collectives_from_the_compiled_hlo(tmp_path):
     listed = invoke("benchmarks", "list", "--devices", "4", cwd=tmp_path)
     assert listed.exit_code == 0, listed.output

@@ -82,6 +82,16 @@ def test_a_failing_database_does_not_stop_the_heartbeat(caplog):
     assert heartbeats() == []
 
 
+def test_one_failed_beat_is_tried_again_without_a_word(caplog):
+    """A lone failure is not worth a warning (the claim lives on several missed beats), and
+    a fault the block meets at once (a full disk) is told by the block, in one line."""
+    store = Beats(failing=1)
+    with claim_heartbeat(store, 7, every_s=EVERY_S):
+        time.sleep(10 * EVERY_S)
+    assert len(store.calls) >= 3
+    assert not [r for r in caplog.records if "cannot record the heartbeat" in r.message]
+
+
 def test_the_heartbeat_ends_once_the_claim_is_no_longer_running():
     store = Beats(running_for=2)
     with claim_heartbeat(store, 7, every_s=EVERY_S):

@@ -24,12 +24,15 @@ def beating(beat: Callable[[], bool | None], every_s: float, what: str, *,
     """Call `beat()` every `every_s` seconds for the block (also at once with `first_now`),
     from a daemon thread named after `what` ("claim 7", "trial 3").
 
-    A beat that raises (the database away, locked, restarting) is logged once per run
-    of failures, in `reason`'s words, and tried again at the next beat: it never ends
-    the block. A beat that returns False ends the thread (nothing is left to keep
-    alive). Contract: however the block ends, Ctrl-C included, the thread has stopped
-    when this returns; starting and stopping it are shielded from stop signals, which
-    are raised once it runs, or once it has stopped.
+    A beat that raises (the database away, locked, restarting) is tried again at the
+    next beat: it never ends the block. A run of failures is logged once, in `reason`'s
+    words, at its second: one missed beat costs nothing (a claim goes stale only after
+    several), and a fault the block itself meets at once (a full disk) is then told by
+    the block alone, in one line, not first by this thread. A beat that returns False
+    ends the thread (nothing is left to keep alive). Contract: however the block ends,
+    Ctrl-C included, the thread has stopped when this returns; starting and stopping it
+    are shielded from stop signals, which are raised once it runs, or once it has
+    stopped.
     """
     stop = threading.Event()
     thread = threading.Thread(target=_loop, args=(beat, every_s, what, first_now, reason, stop),
@@ -47,17 +50,17 @@ def beating(beat: Callable[[], bool | None], every_s: float, what: str, *,
 
 def _loop(beat: Callable[[], bool | None], every_s: float, what: str, first_now: bool,
           reason: Callable[[BaseException], str], stop: threading.Event) -> None:
-    failing = False
+    failed = 0  # beats failed in a row
     if not first_now and stop.wait(every_s):
         return
     while True:
         try:
             alive = beat()
-            failing = False
+            failed = 0
         except Exception as error:  # whatever failed: say so once, keep trying
-            if not failing:
+            failed, alive = failed + 1, None
+            if failed == 2:
                 log.warning("cannot record the heartbeat of %s (will keep trying): %s",
                             what, reason(error))
-            failing, alive = True, None
         if alive is False or stop.wait(every_s):
             return
