@@ -49,10 +49,10 @@ def importance(
         return
     _print_ablation(found.ablation)
     if not found.enough:
-        out.print(f"nothing to compare yet: study {literal(repr(study_name))} has "
-                  f"{found.trials} complete search trial(s) and flag importance needs at least "
-                  "2; run more trials (the same `autotune study` command with a larger "
-                  "--trials)", highlight=False)
+        say(f"nothing to compare yet: study {literal(repr(study_name))} has "
+            f"{found.trials} complete search trial(s) and flag importance needs at least "
+            "2; run more trials (the same `autotune study` command with a larger "
+            "--trials)")
         return
     _print_table(study_name, found.effects, found.noise)
     _print_notes(found.trials, found.noise)
@@ -125,9 +125,8 @@ def _verdict(e: Any, noise: float | None) -> str:
 
 def _print_notes(n_trials: int, noise: float | None) -> None:
     if noise is None:
-        out.print("noise: unknown, no run holds paired step times (baseline and candidate "
-                  "timed in one process): every nonzero spread is called above the noise",
-                  highlight=False)
+        say("noise: unknown, no run holds paired step times (baseline and candidate "
+            "timed in one process): every nonzero spread is called above the noise")
     else:
         say(f"noise: ±{noise:.1%} per trial ratio, the median half-width of the 95% "
             "bootstrap interval of each run's paired ratio (candidate vs baseline steps "

@@ -294,8 +294,7 @@ def recommend(
         return
     say(("recommended: " if document["recommended"] else "not recommended: ")
         + literal(document["reason"]))
-    out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
-              highlight=False)
+    say(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}")
     evidence = document["learned"]["evidence"]
     if evidence:
         from rich.table import Table
@@ -309,7 +308,7 @@ def recommend(
                           "yes" if e["study"] in agreeing else "no")
         out.print(table)
     if output is not None:
-        out.print(f"wrote {literal(output)}", highlight=False)
+        say(f"wrote {literal(output)}")
 
 
 def _print_exported(output: Path, document: dict[str, Any]) -> None:
@@ -318,16 +317,15 @@ def _print_exported(output: Path, document: dict[str, Any]) -> None:
     what = ("XLA's defaults (nothing to set)" if document["trial"] is None
             else f"trial {document['trial']}, ×{measured['speedup']:.3f} vs baseline "
                  f"({measured['verdict']})")
-    out.print(f"wrote {literal(output)}: {what}", highlight=False)
+    say(f"wrote {literal(output)}: {what}")
     pgle = document.get("pgle") or {}
     if pgle.get("profile"):
-        out.print(f"with the PGLE profile {literal(pgle['profile'])} beside it (x"
-                  f"{pgle['speedup']:.3f} over the same flags without it): keep the two "
-                  "files together", highlight=False)
+        say(f"with the PGLE profile {literal(pgle['profile'])} beside it (x"
+            f"{pgle['speedup']:.3f} over the same flags without it): keep the two "
+            "files together")
     say(("recommended: " if document["recommended"] else "not recommended: ")
         + literal(document["reason"]))
-    out.print(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}",
-              highlight=False)
+    say(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}")
 
 
 def studies(storage: StorageOpt = DEFAULT_STORAGE,
@@ -376,7 +374,7 @@ def delete(
         if not typer.confirm(f"delete study '{study_name}' and its {runs} runs?"):
             raise typer.Exit(1)
     deleted = delete_study(storage, study_name)
-    out.print(f"deleted study '{literal(study_name)}' and its {deleted} runs", highlight=False)
+    say(f"deleted study '{literal(study_name)}' and its {deleted} runs")
 
 
 def db_upgrade(storage: StorageOpt = DEFAULT_STORAGE,
@@ -400,8 +398,8 @@ def db_current(storage: StorageOpt = DEFAULT_STORAGE,
                     "up_to_date": current == HEAD_REVISION})
         return
     state = "up to date" if current == HEAD_REVISION else "run `autotune db upgrade`"
-    out.print(f"database at revision {literal(current or 'none')}; this autotune needs "
-              f"{HEAD_REVISION} ({state})", highlight=False)
+    say(f"database at revision {literal(current or 'none')}; this autotune needs "
+        f"{HEAD_REVISION} ({state})")
 
 
 def trials(

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, open_store, out, say
 from autotune.cli._options import option_parameters
 from autotune.study.options import StudyOptions
 
@@ -41,8 +41,7 @@ def study(*, storage: str, workers: int, prune: bool, restart: bool, submit: boo
         from autotune.api.store import delete_study
 
         runs = delete_study(storage, plan.name)
-        out.print(f"--restart: deleted study '{literal(plan.name)}' and its {runs} runs",
-                  highlight=False)
+        say(f"--restart: deleted study '{literal(plan.name)}' and its {runs} runs")
     runner = open_runner(plan, store, planned.report.environment)
     if workers > 1:
         runner.prepare()  # the study and its recipe stored before any worker reads them
@@ -66,11 +65,10 @@ def _submit(options: StudyOptions, storage: str, workers: int, restart: bool) ->
                          "on the machines that measure")
     done = submit_study(storage, options, restart=restart)
     if done.deleted is not None:
-        out.print(f"--restart: deleted study '{literal(done.name)}' and its {done.deleted} runs",
-                  highlight=False)
-    out.print(f"submitted study '{literal(done.name)}': nothing is measured here. A standing "
-              f"pool measures it: `autotune worker --storage {literal(storage)}` on each "
-              "machine; `autotune studies` shows its state", highlight=False)
+        say(f"--restart: deleted study '{literal(done.name)}' and its {done.deleted} runs")
+    say(f"submitted study '{literal(done.name)}': nothing is measured here. A standing "
+        f"pool measures it: `autotune worker --storage {literal(storage)}` on each "
+        "machine; `autotune studies` shows its state")
 
 
 def _own_parameters() -> list[inspect.Parameter]:

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, out
+from autotune.cli._common import DEFAULT_STORAGE, StorageOpt, literal, out, say
 
 #: Seconds a worker may take to stop once its leader died (the trial in flight killed and
 #: released as interrupted) before it is ended hard (`guard.end_after_parent`).
@@ -89,12 +89,12 @@ def worker(
     who = f"worker {literal(platform.node())}:{os.getpid()}: "
     _progress.run_with_progress(runner, plan, until_done=until_done, limit=trials, who=who)
     if trials is not None and runner.remaining() > 0 and not until_done:
-        out.print(f"{who}launched its {trials} trials; the study wants "
-                  f"{runner.remaining()} more", highlight=False)
+        say(f"{who}launched its {trials} trials; the study wants "
+            f"{runner.remaining()} more")
         return
     if not until_done and runner.others_searching():
-        out.print(f"{who}done; other workers are still measuring, and the last to finish "
-                  "confirms", highlight=False)
+        say(f"{who}done; other workers are still measuring, and the last to finish "
+            "confirms")
         return
     _progress.finish(runner, joined.after)
 
@@ -114,26 +114,26 @@ def serve(storage: str, pattern: str, until_idle: bool) -> None:
     who = f"worker {literal(platform.node())}:{os.getpid()}"
     pool = Pool(storage, pattern)
     told: set[str] = set()
-    out.print(f"{who}: serving the open studies"
-              + ("" if pattern == "*" else f" matching '{literal(pattern)}'"), highlight=False)
+    say(f"{who}: serving the open studies"
+        + ("" if pattern == "*" else f" matching '{literal(pattern)}'"))
     wait = POLL_FIRST_S
     try:
         while True:
             served = pool.serve_one(
-                on_trial=lambda name, ev: out.print(
+                on_trial=lambda name, ev: say(
                     f"{who}: {literal(name)}: trial {ev.done}/{ev.total}: "
-                    f"{_progress.trial_text(ev)}", highlight=False),
+                    f"{_progress.trial_text(ev)}"),
                 watcher=_progress.lines())
             for name in sorted(set(pool.refused) - told):
-                out.print(f"{who}: not serving study '{literal(name)}': "
-                          f"{literal(pool.refused[name])}", highlight=False)
+                say(f"{who}: not serving study '{literal(name)}': "
+                    f"{literal(pool.refused[name])}")
             told |= set(pool.refused)
             if served is not None:
                 wait = POLL_FIRST_S
                 continue
             if until_idle and not pool.candidates():  # open studies wait on other workers
-                out.print(f"{who}: no open study is left for this worker; exiting "
-                          "(--until-idle)", highlight=False)
+                say(f"{who}: no open study is left for this worker; exiting "
+                    "(--until-idle)")
                 return
             time.sleep(wait)
             wait = min(2 * wait, POLL_MOST_S)
