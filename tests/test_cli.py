@@ -340,8 +340,13 @@ def test_a_study_with_nothing_left_to_search_confirms_nothing_and_says_so(tmp_pa
 
 
 def test_studies_lists_what_the_database_holds(finished_study):
+    """Each study whole on a line of its own (a table of nine columns cut it to `cpu-tra…`
+    on an 80-column terminal), its facts under it within 80 columns."""
     result = invoke("studies", cwd=finished_study)
-    assert result.exit_code == 0 and "cpu-matmul-tiny-1dev" in result.output
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 0 and "cpu-matmul-tiny-1dev" in lines
+    assert lines[lines.index("cpu-matmul-tiny-1dev") + 1].startswith("    done; space cpu, ")
+    assert max(map(len, lines)) <= 80
 
 
 @pytest.mark.parametrize(
@@ -508,7 +513,8 @@ def test_all_ten_spaces_are_listed(tmp_path):
     listed = invoke("spaces", "list", cwd=tmp_path)
     for name in ("cpu", "gpu-collectives", "gpu-fsdp", "gpu-collective-matmul", "gpu-p2p",
                  "gpu-runtime", "gpu-pgle", "tpu-collectives", "tpu-latency-bound", "tpu-memory"):
-        assert f"│ {name} " in listed.output
+        assert name in listed.stdout.splitlines()  # whole, on a line of its own
+    assert max(map(len, listed.stdout.splitlines())) <= 80
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "benchmarks" / "examples"

@@ -61,6 +61,20 @@ def literal(value: object) -> str:
 TABLE_WIDTH = 80
 
 
+def print_record(name: str, facts: str) -> None:
+    """One entry of a listing (already made safe with `literal`): its whole name on a line
+    of its own, never cut whatever the width, and under it its facts, indented and
+    wrapped within `TABLE_WIDTH` at spaces only (a flag name or a path stays whole on its
+    line). A table would cut a long name to fit 80 columns (`studies`: `cpu-tra…`)."""
+    import textwrap
+
+    out.print(name, highlight=False, soft_wrap=True)
+    for line in textwrap.wrap(facts, TABLE_WIDTH, initial_indent="    ",
+                              subsequent_indent="      ", break_long_words=False,
+                              break_on_hyphens=False):
+        out.print(line, highlight=False, soft_wrap=True)
+
+
 def prose_width() -> int | None:
     """The width prose wraps at: `TABLE_WIDTH` on a terminal; None (no wrapping: one line
     per paragraph) where the output goes to a file, a log or another program."""

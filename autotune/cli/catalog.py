@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from autotune.cli._common import (
     one_of,
     out,
     print_json,
+    print_record,
     say,
 )
 
@@ -32,20 +32,16 @@ def spaces_list(fmt: FormatOpt = OutputFormat.TABLE) -> None:
     JSON: a list of `{space, backend, parameters, configurations, description}`
     (`configurations` null for a continuous space; `description` its first line).
     """
-    from rich.table import Table
-
     from autotune import spaces
 
     rows = [_space_summary(spaces.load_space(name)) for name in spaces.list_spaces()]
     if fmt == OutputFormat.JSON:
         print_json(rows)
         return
-    table = Table("space", "backend", "parameters", "configurations", "description")
     for row in rows:
-        table.add_row(literal(row["space"]), literal(row["backend"]), str(row["parameters"]),
-                      "-" if row["configurations"] is None else str(row["configurations"]),
-                      literal(row["description"]))
-    out.print(table)
+        count = "-" if row["configurations"] is None else str(row["configurations"])
+        print_record(literal(row["space"]), f"{literal(row['backend'])}, {row['parameters']} "
+                     f"parameters, {count} configurations: {literal(row['description'])}")
 
 
 def _space_summary(sp: Any) -> dict[str, Any]:
@@ -340,14 +336,10 @@ def _print_flags(rows: list[dict[str, Any]]) -> None:
     status, wrapped within `TABLE_WIDTH` at spaces only (a value such as a list of
     command-buffer kinds, or a replacement's flag name, stays whole on its line)."""
     for row in rows:
-        out.print(literal(row["flag"]), highlight=False, soft_wrap=True)
         facts = [row["type"] or "type not known", f"default {_show(row['default'])}",
                  f"recommended {_show(row['recommended'])}", row["backend"], row["channel"]]
-        text = ", ".join(facts) + (f"; {literal(row['status'])}" if row["status"] else "")
-        for line in textwrap.wrap(text, TABLE_WIDTH, initial_indent="    ",
-                                  subsequent_indent="      ", break_long_words=False,
-                                  break_on_hyphens=False):
-            out.print(line, highlight=False, soft_wrap=True)
+        print_record(literal(row["flag"]), ", ".join(facts)
+                     + (f"; {literal(row['status'])}" if row["status"] else ""))
     out.print(f"{len(rows)} flags", highlight=False)
 
 

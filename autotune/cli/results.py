@@ -23,6 +23,7 @@ from autotune.cli._common import (
     open_store,
     out,
     print_json,
+    print_record,
     require_database,
     say,
 )
@@ -296,17 +297,12 @@ def recommend(
         + literal(document["reason"]))
     say(f"XLA_FLAGS additions: {literal(document['xla_flags']) or '(none)'}")
     evidence = document["learned"]["evidence"]
-    if evidence:
-        from rich.table import Table
-
-        agreeing = set(document["learned"]["agreeing"])
-        table = Table("study", "trial", "confirmed", "interval", "devices", "agrees")
-        for e in evidence:
-            table.add_row(literal(e["study"]), str(e["trial"]), f"×{e['speedup']:.3f}",
-                          f"[{e['interval'][0]:.3f}, {e['interval'][1]:.3f}]",
-                          f"{e['devices']} {literal(e['device_kind'] or '-')}",
-                          "yes" if e["study"] in agreeing else "no")
-        out.print(table)
+    agreeing = set(document["learned"]["agreeing"])
+    for e in evidence:  # each study whole on a line of its own (a table cut long names)
+        print_record(literal(e["study"]), f"trial {e['trial']} confirmed "
+                     f"×{e['speedup']:.3f} [{e['interval'][0]:.3f}, {e['interval'][1]:.3f}] "
+                     f"on {e['devices']} {literal(e['device_kind'] or '-')}; agrees: "
+                     + ("yes" if e["study"] in agreeing else "no"))
     if output is not None:
         say(f"wrote {literal(output)}")
 
@@ -332,8 +328,6 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
             fmt: FormatOpt = OutputFormat.TABLE) -> None:
     """List the studies in the database: each one's state (queued, searching, confirming,
     done, failed), trials measured of those asked for, and runs."""
-    from rich.table import Table
-
     from autotune.results.table import study_row
 
     store = open_store(storage, must_exist=True)
@@ -343,14 +337,14 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
     if fmt is OutputFormat.JSON:
         print_json(rows)
         return
-    table = Table("study", "state", "space", "benchmark", "preset", "dev", "trials", "runs",
-                  "created")
-    for row in rows:
+    for row in rows:  # each study whole on a line of its own (a table cut long names)
         trials = f"{row['counted']}/{row['target']}" if row["target"] else str(row["counted"])
-        table.add_row(literal(row["name"]), row["state"], literal(row["space"]),
-                      literal(row["benchmark"]), literal(row["preset"]), str(row["devices"]),
-                      trials, str(row["runs"]), row["created"][:16].replace("T", " "))
-    out.print(table)
+        print_record(literal(row["name"]), f"{row['state']}; space {literal(row['space'])}, "
+                     f"{literal(row['benchmark'])} ({literal(row['preset'])}, "
+                     f"{row['devices']} devices); trials {trials}, runs {row['runs']}; "
+                     f"created {row['created'][:16].replace('T', ' ')}")
+    if not rows:
+        say("no studies in this database yet")
 
 
 def delete(
