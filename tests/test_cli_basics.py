@@ -259,9 +259,11 @@ def test_trials_names_every_run_whole_with_the_figures_of_its_json(tmp_path):
         f"run {rows[0]['run']}  trial 0  baseline  ok",
         f"run {rows[1]['run']}  trial -  fingerprint  ok"]  # no "None"
     assert f"    {flag}=8589934592" in shown  # the whole name=value
+    assert any(line.startswith("    median step ") for line in shown)
+    assert max(map(len, shown)) <= 80, max(shown, key=len)
     assert rows[1]["trial"] is None and rows[1]["compile_time_s"] == 0.5
     assert rows[0]["iqr_s"] > 0 and 0 < rows[0]["cv"] < 1 and rows[0]["outliers"] == 0
-    assert "CV" in shown[1] and f"CV {rows[0]['cv']:.1%}" in shown[1]
+    assert "CV" in shown[2] and f"CV {rows[0]['cv']:.1%}" in shown[2]
 
 
 def test_the_progress_best_is_the_incumbent_the_defaults_or_nothing_yet():

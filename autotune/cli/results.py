@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -424,7 +425,13 @@ def trials(
                   f"{run.outcome.kind.value}", highlight=False)
         for line in _stat_lines(row):
             say(f"    {line}")
-        say(f"    {_run_note(run)}")
+        if run.outcome.ok and run.flags:  # whole name=value tokens within 80 columns
+            for line in textwrap.wrap(_run_note(run), TABLE_WIDTH, initial_indent="    ",
+                                      subsequent_indent="    ", break_long_words=False,
+                                      break_on_hyphens=False):
+                out.print(line, highlight=False, soft_wrap=True)
+        else:
+            say(f"    {_run_note(run)}")
 
 
 def _stat_lines(row: dict[str, Any]) -> list[str]:
@@ -439,8 +446,8 @@ def _stat_lines(row: dict[str, Any]) -> list[str]:
     first = f", first step {row['first_step_time_s'] * ms:.1f} ms" \
         if row["first_step_time_s"] else ""
     return [f"median step {row['median_step_s'] * ms:.2f} ms [{low * ms:.2f}, "
-            f"{high * ms:.2f}] (95% CI), IQR {row['iqr_s'] * ms:.2f} ms, CV {row['cv']:.1%}, "
-            f"{row['outliers']} outliers",
+            f"{high * ms:.2f}] (95% CI)",  # three short lines: each fits 80 columns
+            f"IQR {row['iqr_s'] * ms:.2f} ms, CV {row['cv']:.1%}, {row['outliers']} outliers",
             f"compile {row['compile_time_s']:.2f} s{first}{warm}"]
 
 
