@@ -318,3 +318,10 @@ def test_a_studys_progress_lines_are_never_cut_when_piped():
         _progress._print_summary(SimpleNamespace(reused=3, stopped=why))
     lines = piped.get().splitlines()
     assert len(lines) == 2 and lines[1] == f"stopped early: {why}"
+
+
+def test_studies_on_a_database_without_one_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert invoke("db", "upgrade", "--storage", url, cwd=tmp_path).exit_code == 0
+    listed = invoke("studies", "--storage", url, cwd=tmp_path)
+    assert listed.exit_code == 0 and listed.stdout == "no studies in this database yet\n"

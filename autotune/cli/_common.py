@@ -66,11 +66,18 @@ def print_record(name: str, facts: str) -> None:
     of its own, never cut whatever the width, and under it its facts, indented and
     wrapped within `TABLE_WIDTH` at spaces only (a flag name or a path stays whole on its
     line). A table would cut a long name to fit 80 columns (`studies`: `cpu-tra…`)."""
+    out.print(name, highlight=False, soft_wrap=True)
+    print_wrapped(facts, hanging="      ")
+
+
+def print_wrapped(text: str, hanging: str) -> None:
+    """`text` (already made safe with `literal`) indented by four spaces and wrapped within
+    `TABLE_WIDTH` at spaces only, its later lines indented by `hanging`: a word longer
+    than the line (a flag name, a path) stays whole, whatever the width."""
     import textwrap
 
-    out.print(name, highlight=False, soft_wrap=True)
-    for line in textwrap.wrap(facts, TABLE_WIDTH, initial_indent="    ",
-                              subsequent_indent="      ", break_long_words=False,
+    for line in textwrap.wrap(text, TABLE_WIDTH, initial_indent="    ",
+                              subsequent_indent=hanging, break_long_words=False,
                               break_on_hyphens=False):
         out.print(line, highlight=False, soft_wrap=True)
 

@@ -40,20 +40,20 @@ class _Lines(service.Watcher):
     def confirming(self, count: int, repeats: int) -> None:
         what = "the best configuration" if count == 1 else f"the best {count} configurations"
         say(f"confirming {what}: {repeats} fresh processes each, interleaved with the "
-                  "baseline")
+            "baseline")
 
     def nothing_to_confirm(self) -> None:
         say("nothing to confirm: the search measured no configuration beside XLA's "
-                  "defaults")
+            "defaults")
 
     def confirmed(self, event: ConfirmEvent) -> None:
         if event.cap is None:
             say(f"confirm {event.done}/{event.total}: trial #{event.trial_number} "
-                      f"{_confirm_text(event)}")
+                f"{_confirm_text(event)}")
         else:  # sequential: its end is not known beforehand
             say(f"confirm {event.done}: trial #{event.trial_number} "
-                      f"{_confirm_text(event)} (sequential: its process {event.processes} "
-                      f"of at most {event.cap})")
+                f"{_confirm_text(event)} (sequential: its process {event.processes} "
+                f"of at most {event.cap})")
 
     def shrinking(self, event: ShrinkEvent) -> None:
         say(f"shrink: trial #{event.trial_number} {_shrink_text(event)}")
@@ -63,20 +63,20 @@ class _Lines(service.Watcher):
             return
         dropped = [r.flag for r in state.removals if r.dropped]
         say(f"shrunk trial #{state.trial_number} to {len(state.minimal)} of "
-                  f"{len(state.minimal) + len(dropped)} flags"
-                  + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
-                  + (f" ({literal(state.note)})" if state.note else ""))
+            f"{len(state.minimal) + len(dropped)} flags"
+            + (f"; dropped {literal(', '.join(dropped))}" if dropped else "")
+            + (f" ({literal(state.note)})" if state.note else ""))
 
     def pgle_skipped(self, why: str) -> None:
         say(f"PGLE skipped: {why}")
 
     def pgle_starting(self, top: int, repeats: int) -> None:
         say(f"PGLE: the best {top} configurations with a profile each, {repeats} fresh "
-                  "processes each, timed against the same flags without it")
+            "processes each, timed against the same flags without it")
 
     def pgle_measured(self, event: PgleEvent) -> None:
         say(f"pgle {event.done}/{event.total}: trial #{event.trial_number} "
-                  f"{_confirm_text(event)}")
+            f"{_confirm_text(event)}")
 
 
 def lines() -> service.Watcher:
@@ -113,15 +113,15 @@ def print_preflight(planned: Any) -> None:
     if checked.dropped:
         noun = "flag" if len(checked.dropped) == 1 else "flags"
         say(f"left out {len(checked.dropped)} {noun} this XLA (jaxlib "
-                  f"{report.jaxlib_version}) does not know: "
-                  f"{literal(', '.join('--' + f for f in checked.dropped))}")
+            f"{report.jaxlib_version}) does not know: "
+            f"{literal(', '.join('--' + f for f in checked.dropped))}")
     for flag, values in checked.dropped_values.items():
         say(f"left out values of --{literal(flag)} this XLA rejects: "
-                  f"{literal(', '.join(map(str, values)))}")
+            f"{literal(', '.join(map(str, values)))}")
     if checked.backend_mismatch:
         say(f"[yellow]warning:[/] space '{literal(space.name)}' is for "
-                  f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
-                  "expect no effect to measure")
+            f"{literal(space.backend)}, JAX reports {literal(checked.backend)} here: "
+            "expect no effect to measure")
 
 
 def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
@@ -135,17 +135,17 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
     remaining = runner.remaining()
     if remaining == 0 and not until_done:
         say(f"study '{literal(plan.name)}' already holds {plan.trials} trials; "
-                  f"pass --trials {plan.trials + 10} to run more")
+            f"pass --trials {plan.trials + 10} to run more")
         return
     choice = runner.choice
     o = plan.options
     say(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({o.preset}, "
-              f"{o.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
-              f"to run, {plan.mode.value} timing; minimising "
-              f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
-              + (f" ({literal(choice.reason)})" if choice.reason else "")
-              + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
-                 if plan.memory_budget_bytes else ""))
+        f"{o.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
+        f"to run, {plan.mode.value} timing; minimising "
+        f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
+        + (f" ({literal(choice.reason)})" if choice.reason else "")
+        + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
+           if plan.memory_budget_bytes else ""))
     run = runner.run_until_done if until_done else runner.run
     if not out.is_terminal:  # logs and pipes: one line per trial instead of a live bar
         summary = run(on_trial=lambda ev: say(
@@ -166,14 +166,14 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
 def _print_fit(fit: Any) -> None:
     """One line when the space is fitted to the workload (`best` lists each change)."""
     say(literal(summary_text(fit)) + ("; `autotune best` says why" if fit.changes
-                                            else ""))
+                                      else ""))
 
 
 def _print_summary(summary: Any) -> None:
     """Say what was not launched: repeated proposals answered from records, an early stop."""
     if summary.reused:
         say(f"{summary.reused} proposals repeated a configuration already measured "
-                  "(same effective flags): their results were reused, not re-measured")
+            "(same effective flags): their results were reused, not re-measured")
     if summary.stopped:
         say(f"stopped early: {literal(summary.stopped)}")
 
@@ -213,7 +213,7 @@ def run_local_workers(store: Any, plan: Any, count: int) -> None:
             "--storage", store.url, "--until-done", "--leader", str(os.getpid())]
     logs = [folder / f"worker-{k}.log" for k in range(count)]
     say(f"study '{literal(plan.name)}': starting {count} local workers (logs in "
-              f"{literal(folder)})")
+        f"{literal(folder)})")
     procs = [subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL) for log in logs]
     try:
@@ -225,7 +225,7 @@ def run_local_workers(store: Any, plan: Any, count: int) -> None:
     for k, code in failed:
         tail = logs[k].read_text(errors="replace").strip().splitlines()[-3:]
         say(f"worker {k} exited with code {code}; its log {literal(logs[k])} ends: "
-                  + literal(" | ".join(tail)))
+            + literal(" | ".join(tail)))
     print_best(store, plan.name, limit=10)
     if failed:
         raise AutotuneError(f"{len(failed)} of {count} workers failed (see their logs above); "

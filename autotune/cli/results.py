@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,7 @@ from autotune.cli._common import (
     out,
     print_json,
     print_record,
+    print_wrapped,
     require_database,
     say,
 )
@@ -426,10 +426,7 @@ def trials(
         for line in _stat_lines(row):
             say(f"    {line}")
         if run.outcome.ok and run.flags:  # whole name=value tokens within 80 columns
-            for line in textwrap.wrap(_run_note(run), TABLE_WIDTH, initial_indent="    ",
-                                      subsequent_indent="    ", break_long_words=False,
-                                      break_on_hyphens=False):
-                out.print(line, highlight=False, soft_wrap=True)
+            print_wrapped(_run_note(run), hanging="    ")
         else:
             say(f"    {_run_note(run)}")
 
