@@ -7,7 +7,7 @@ compiled benchmarks, and `test_fit_study.py` runs the fit inside a study.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -204,16 +204,19 @@ def test_every_catalog_flag_that_names_a_kind_says_how_it_acts():
 
 
 class Compiler:
-    """Fingerprints from a table: configuration -> program; what was compiled, in order."""
+    """Fingerprints from a table: configuration -> program (unlisted: "base"); what was
+    compiled, in order, and each round (one call) apart."""
 
-    def __init__(self, programs: Mapping[str, str]) -> None:
+    def __init__(self, programs: Mapping[str, str | None]) -> None:
         self.programs = programs
         self.compiled: list[dict[str, FlagValue]] = []
+        self.rounds: list[list[dict[str, FlagValue]]] = []
 
-    def __call__(self, config: Mapping[str, FlagValue]) -> str | None:
-        self.compiled.append(dict(config))
-        key = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
-        return self.programs.get(key, "base")
+    def __call__(self, configs: Sequence[Mapping[str, FlagValue]]) -> list[str | None]:
+        self.rounds.append([dict(config) for config in configs])
+        self.compiled += self.rounds[-1]
+        return [self.programs.get(",".join(f"{k}={v}" for k, v in sorted(config.items())),
+                                  "base") for config in configs]
 
 
 CPU_SPACE = """
@@ -260,7 +263,7 @@ def test_the_probe_drops_a_flag_whose_every_value_compiles_to_the_baseline():
                              "fast-nans",
                          "xla_cpu_enable_fast_math=True,xla_cpu_fast_math_honor_infs=False":
                              "fast"})
-    changes = run_probe(list(cases.values()), "base", compiler)
+    changes = run_probe(list(cases.values()), compiler)
 
     assert {c.param: c.reason for c in changes} == {
         "xla_cpu_use_fusion_emitters": "no effect on the compiled program: its value "
@@ -272,12 +275,21 @@ def test_the_probe_drops_a_flag_whose_every_value_compiles_to_the_baseline():
     # were never compiled, nor vector width 512; each configuration is compiled when asked
     assert {"xla_backend_optimization_level": 1} not in compiler.compiled
     assert {"xla_cpu_prefer_vector_width": 512} not in compiler.compiled
+    # in rounds, one call each: the baseline and every unconditioned param's first value;
+    # then the params under way and those whose condition is now decided (their reference
+    # asked again: the caller keeps what it compiled)
+    fast = {"xla_cpu_enable_fast_math": True}
+    assert compiler.rounds[0] == [{}, {"xla_backend_optimization_level": 0},
+                                  {"xla_cpu_use_fusion_emitters": False},
+                                  {"xla_cpu_prefer_vector_width": 128}, fast]
+    assert compiler.rounds[1:] == [[fast, {**fast, "xla_cpu_fast_math_honor_nans": False},
+                                    {**fast, "xla_cpu_fast_math_honor_infs": False}]]
 
 
 def test_a_param_whose_condition_reads_a_param_the_probe_dropped_is_not_probed():
     space = load_space_text(CPU_SPACE)
     compiler = Compiler({})  # nothing changes the program
-    changes = run_probe(probe_cases(space, load_catalog()), "base", compiler)
+    changes = run_probe(probe_cases(space, load_catalog()), compiler)
     assert "xla_cpu_enable_fast_math" in {c.param for c in changes}
     assert not [c for c in compiler.compiled if "xla_cpu_fast_math_honor_nans" in c]
     assert "xla_cpu_fast_math_honor_nans" not in apply_fit(space, settle(space, changes)).params
@@ -291,9 +303,12 @@ def test_the_probe_keeps_what_it_cannot_judge():
     assert probe_cases(load_space("gpu-collectives"), catalog, limit=4) == [
         c for c in probe_cases(load_space("gpu-collectives"), catalog)
         if c.flag not in (AR, AG, RS)]  # ranges of 10 values, over the limit of 4
-    failing = run_probe([ProbeCase("p", AR, {}, (1,))], "base", lambda config: None)
+    failing = run_probe([ProbeCase("p", AR, {}, (1,))], Compiler({f"{AR}=1": None}))
     assert failing == []  # did not compile: not "no effect"
-    assert run_probe([ProbeCase("p", AR, {}, (1,))], None, lambda config: "base") == []
+    assert run_probe([ProbeCase("p", AR, {}, (1,))], Compiler({"": None})) == []  # no baseline
+    # a param without values to compile is dropped once its reference compiled, not before
+    assert run_probe([ProbeCase("p", AR, {}, ())], Compiler({"": None})) == []
+    assert [c.param for c in run_probe([ProbeCase("p", AR, {}, ())], Compiler({}))] == ["p"]
 
 
 def test_a_param_whose_condition_reads_a_dropped_param_goes_with_it():

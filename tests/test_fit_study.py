@@ -264,6 +264,10 @@ def test_a_real_study_fits_its_space_with_real_compiles(tmp_path):
     assert not sampled & {c.flag for c in fit.changes}
     text = " ".join(done.output.split())
     assert "search space fitted to the baseline's program:" in text
+    # the probe goes in rounds, one child each (`Launcher.launch_all`): the runs of a round
+    # share their child's time, so there are fewer durations than compiles
+    rounds = {r.outcome.duration_s for r in probes}
+    assert len(probes) >= 3 and len(rounds) < len(probes), (len(rounds), len(probes))
 
 
 def test_a_study_whose_fit_leaves_nothing_to_search_stops_at_once_saying_why(tmp_path):

@@ -265,3 +265,49 @@ def test_a_memory_limit_too_small_to_start_python_is_an_oom_naming_the_limit(wor
     assert outcome.message.startswith(
         "the trial memory limit (1 KiB) is too small for the child to start: ")
     assert outcome.measurement is None
+
+
+# --- a series of compile-only requests in one child (`launch_all`) -------------------------
+
+#: A child that writes the job's own result (its compiler options' one value as the
+#: fingerprint) and the first case's, never the second's; each start adds a line to `runs`.
+SERIES_WRITER = (
+    "import json, os, sys\n"
+    "job = json.loads(os.environ['AUTOTUNE_JOB'])\n"
+    "open(sys.argv[1], 'a').write(str(len(job['also_compile'])) + '\\n')\n"
+    "def body(options):\n"
+    "    return {'schema_version': 1, 'status': 'ok', 'message': '', 'mode': 'paired',\n"
+    "            'compile_time_s': 0.5, 'fingerprint': str(options.get('x', 'none'))}\n"
+    "path = os.environ['AUTOTUNE_RESULT']\n"
+    "open(path, 'w').write(json.dumps(body(job['compiler_options'])))\n"
+    "if job['also_compile']:\n"
+    "    case = job['also_compile'][0]['compiler_options']\n"
+    "    open(path + '.case-1', 'w').write(json.dumps(body(case)))\n"
+)
+
+
+def series(runs: Path, *values: int, **fields: object) -> list[TrialRequest]:
+    command = (sys.executable, "-c", SERIES_WRITER, str(runs))
+    return [trial_request(Path("x"), "tiny", timed=False, command=command, flags={"x": v},
+                          compiler_options={"x": v}, **fields) for v in values]
+
+
+def test_one_child_answers_a_series_and_a_request_it_left_unanswered_runs_alone(tmp_path):
+    runs = tmp_path / "runs"
+    outcomes = SubprocessLauncher().launch_all(series(runs, 1, 2, 3))
+    assert [o.measurement.fingerprint for o in outcomes if o.measurement] == ["1", "2", "3"]
+    assert all(o.ok for o in outcomes)
+    # one child for the series (two more cases in its job), then the third alone
+    assert runs.read_text().splitlines() == ["2", "0"]
+    assert outcomes[0].duration_s == outcomes[1].duration_s  # a share of the one child
+
+
+def test_requests_one_child_cannot_share_go_one_child_each(tmp_path):
+    runs = tmp_path / "runs"
+    timed = [r.with_job(phases=(Job().phases)) for r in series(runs, 1, 2)]
+    SubprocessLauncher().launch_all(timed)  # timed: each its own process
+    other = series(runs, 1, 2)
+    other[1] = other[1].with_job(steps=3)  # differs in more than its configuration
+    SubprocessLauncher().launch_all(other)
+    SubprocessLauncher().launch_all(series(runs, 5))
+    assert runs.read_text().splitlines() == ["0"] * 5

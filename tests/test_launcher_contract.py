@@ -202,6 +202,24 @@ def test_a_configuration_it_cannot_run_is_a_failed_outcome_not_an_exception(
     assert not outcome.ok and outcome.message, outcome
 
 
+def test_a_series_launched_together_gets_what_each_gets_alone(
+        implementation: Implementation, tmp_path: Path) -> None:
+    """`launch_all` (one child compiles a fit's series, `SubprocessLauncher`): in order,
+    each request's outcome as `launch` gives it, a configuration it cannot run included."""
+    if implementation.compile_only:
+        pytest.skip(implementation.compile_only)
+    configs = [{}] + ([] if implementation.refuses else [UNKNOWN]) + [{}]
+    requests = [implementation.request(c, compiler_options=c, timed=False) for c in configs]
+    launcher = implementation.make(tmp_path)
+    together = launcher.launch_all(requests)
+    (tmp_path / "alone").mkdir()
+    alone = [launched(implementation.make(tmp_path / "alone"), r) for r in requests]
+    assert [o.kind for o in together] == [o.kind for o in alone]
+    assert [o.measurement and o.measurement.fingerprint for o in together] == [
+        o.measurement and o.measurement.fingerprint for o in alone]
+    assert together[0].ok and together[0].measurement.step_times_s == ()
+
+
 # --- the contract test itself -------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from autotune.ground.protocol import (
     Phase,
     ProtocolError,
     Result,
+    case_result_path,
     parse_result,
     rank_result_path,
 )
@@ -165,6 +166,57 @@ def test_each_process_of_a_trial_writes_a_result_file_of_its_own():
     assert rank_result_path("/t/result.json", 12) == "/t/result.json.12"
     with pytest.raises(ValueError, match="^a process rank is 0 or more, got -1$"):
         rank_result_path("/t/result.json", -1)
+
+
+COMPILE_ONLY = dict(phases=(Phase.COMPILE,), compiler_options={})
+CASE = {"compiler_options": {"xla_cpu_enable_fast_math": True}, "program_flags": ""}
+
+
+def test_a_compile_only_job_carries_more_configurations_through_its_json():
+    job = Job(**COMPILE_ONLY, also_compile=(CASE, {"compiler_options": {}, "program_flags": "x"}))
+    again = Job.from_json(job.to_json())
+    assert again == job and again.also_compile == job.also_compile
+    assert isinstance(again.also_compile, tuple) and Job().also_compile == ()
+    assert json.loads(Job().to_json())["also_compile"] == []
+    # each case's result lies beside the job's own, never where a process's would
+    assert case_result_path("/t/result.json", 1) == "/t/result.json.case-1"
+    assert case_result_path("/t/result.json", 12) == "/t/result.json.case-12"
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    (dict(also_compile=(CASE,)), "job field 'also_compile': only a compile-only PAIRED job "
+     "(phases ['compile'], compiler_options, no PGLE) compiles more configurations"),
+    (dict(COMPILE_ONLY, phases=(Phase.COMPILE, Phase.MEASURE), also_compile=(CASE,)),
+     "job field 'also_compile': only a compile-only PAIRED job (phases ['compile'], "
+     "compiler_options, no PGLE) compiles more configurations"),
+    (dict(phases=(Phase.COMPILE,), also_compile=(CASE,)), "job field 'also_compile': only a "
+     "compile-only PAIRED job (phases ['compile'], compiler_options, no PGLE) compiles more "
+     "configurations"),
+    (dict(COMPILE_ONLY, pgle_mode="auto", also_compile=(CASE,)), "job field 'also_compile': "
+     "only a compile-only PAIRED job (phases ['compile'], compiler_options, no PGLE) compiles "
+     "more configurations"),
+    (dict(COMPILE_ONLY, also_compile=({"compiler_options": {}},)), "job field "
+     "'also_compile[0]': expected an object of 'compiler_options' and 'program_flags', got "
+     "{'compiler_options': {}}"),
+    (dict(COMPILE_ONLY, also_compile=(CASE, {**CASE, "steps": 3})), "job field "
+     "'also_compile[1]': expected an object of 'compiler_options' and 'program_flags', got "
+     "{'compiler_options': {'xla_cpu_enable_fast_math': True}, 'program_flags': '', "
+     "'steps': 3}"),
+    (dict(COMPILE_ONLY, also_compile=({**CASE, "compiler_options": {"a": [1]}},)),
+     "job field 'also_compile[0]': expected an object of 'compiler_options' and "
+     "'program_flags', got {'compiler_options': {'a': [1]}, 'program_flags': ''}"),
+    (dict(COMPILE_ONLY, also_compile=({**CASE, "program_flags": None},)), "job field "
+     "'also_compile[0]': expected an object of 'compiler_options' and 'program_flags', got "
+     "{'compiler_options': {'xla_cpu_enable_fast_math': True}, 'program_flags': None}"),
+    (dict(COMPILE_ONLY, also_compile=("x",)), "job field 'also_compile[0]': expected an "
+     "object of 'compiler_options' and 'program_flags', got 'x'"),
+    (dict(COMPILE_ONLY, also_compile={"a": 1}), "job field 'also_compile': expected a list, "
+     "got {'a': 1}"),
+])
+def test_only_a_compile_only_paired_job_compiles_more_and_each_item_is_checked(job, message):
+    with pytest.raises(ProtocolError) as info:
+        Job(**job)
+    assert str(info.value) == message
 
 
 def test_phases_must_be_a_list():
@@ -349,6 +401,36 @@ def test_compile_only_fingerprints_and_a_known_program_is_not_timed(tmp_path):
                             f"bytes, above the memory budget of "
                             f"{compiled.peak_memory_bytes - 1} bytes: not timed")
     assert over.peak_memory_bytes == compiled.peak_memory_bytes
+
+
+@pytest.mark.slow
+def test_one_child_compiles_more_configurations_each_into_its_own_result(tmp_path):
+    """`also_compile`: each configuration's result beside the job's, with the fingerprint
+    a child of its own gives it; one XLA refuses is that case's failure alone."""
+    alone = run_child(Job(**COMPILE_ONLY, artifact_dir=str(tmp_path / "alone")), tmp_path)
+    fast = run_child(Job(phases=(Phase.COMPILE,), artifact_dir=str(tmp_path / "fast"),
+                         compiler_options=CASE["compiler_options"]), tmp_path)
+    assert alone.fingerprint != fast.fingerprint
+    path = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if k != RESULT_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env[RESULT_ENV] = str(path)
+    env[JOB_ENV] = Job(**COMPILE_ONLY, artifact_dir=str(tmp_path / "batch"), also_compile=(
+        CASE, {"compiler_options": {"xla_backend_optimization_level": "high"},
+               "program_flags": ""}, {"compiler_options": {}, "program_flags": ""},
+    )).to_json()
+    subprocess.run([sys.executable, "-m", "autotune.child", str(TOY), "--preset", "tiny"],
+                   env=env, capture_output=True, text=True, timeout=300, check=True,
+                   cwd=tmp_path)
+    first, *cases = (parse_result(Path(p).read_text()) for p in (
+        path, *(case_result_path(str(path), i) for i in (1, 2, 3))))
+    assert [r.fingerprint for r in (first, cases[0], cases[2])] == [
+        alone.fingerprint, fast.fingerprint, alone.fingerprint]
+    assert cases[1].status == "invalid_value" and cases[1].fingerprint is None
+    assert all(r.step_times_s == () and r.compile_time_s > 0 for r in (first, cases[0]))
+    assert cases[0].device_kind == first.device_kind and cases[0].jax_version
+    # each case dumps into a folder of its own (the fingerprint reads it)
+    assert (tmp_path / "batch" / "case-1" / "dump" / "candidate").is_dir()
 
 
 @pytest.mark.slow

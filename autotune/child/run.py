@@ -12,6 +12,11 @@ process 0's in every process. A process whose own run fails (an exception,
 not an outcome every process agreed on) writes its file and leaves at once
 with exit code 1 (`os._exit`, past JAX's shutdown barrier, which would wait
 for the others forever), so the launcher can end the rest.
+
+A compile-only job may name further configurations (`Job.also_compile`, a
+space fit's compiles): once its own result is written, the child compiles
+each in turn and writes each one's result beside it
+(`autotune.ground.protocol.case_result_path`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from autotune.child.failure import Failure, classified
@@ -42,7 +48,14 @@ from autotune.child.ranks import (
 )
 from autotune.child.timing import compile_lowered, numerics_facts, time_direct, time_paired
 from autotune.child.workload import Workload, build_workload
-from autotune.ground.protocol import JOB_ENV, Job, Phase, ProtocolError, Result
+from autotune.ground.protocol import (
+    JOB_ENV,
+    Job,
+    Phase,
+    ProtocolError,
+    Result,
+    case_result_path,
+)
 from autotune.rules.stopping import over_budget
 
 #: The longest failure message kept in a result (the tail of XLA's text).
@@ -186,25 +199,48 @@ def measure_to_file(build: Callable[[], Workload], environ: dict[str, str], *,
     code 1 once its file is written (see the module docstring).
     """
     body: dict[str, Any] = {"status": "ok", "message": ""}
-    failed = True
+    failed, job, work = True, None, None
     try:
         job = Job.from_json(environ.get(JOB_ENV))
         work = build()
         body.update(_versions())
         body.update(measure(work, job, process_rank(environ)))  # may set status (over_budget)
         failed = False
-    except Failure as failure:
-        body.update(status=failure.kind, message=str(failure)[-MESSAGE_CHARS:])
     except ProtocolError as exc:  # a fault of the parent, reported through the file all the same
         body.update(status="crashed", message=f"the trial's job is invalid: {exc}")
-    except Exception as exc:  # the workload's own failure (OOM while building, a bug...)
-        found = classified(exc)
-        body.update(status=found.kind, message=str(found)[-MESSAGE_CHARS:])
+    except Exception as exc:  # a failing configuration (Failure), or the workload's own
+        body.update(_failed(exc))  # failure (OOM while building, a bug...)
     path = result_path(environ)
     write_result(path, body)
     if failed and process_total(environ) > 1:
         _leave_now(1)
+    if job is not None and work is not None and path:
+        _also_compile(work, job, path)
     return 1 if strict and not path and body["status"] != "ok" else 0
+
+
+def _failed(exc: Exception) -> dict[str, Any]:
+    """The status and message of a run that raised `exc` (a Failure keeps its kind)."""
+    found = exc if isinstance(exc, Failure) else classified(exc)
+    return {"status": found.kind, "message": str(found)[-MESSAGE_CHARS:]}
+
+
+def _also_compile(work: Workload, job: Job, path: str) -> None:
+    """Compile each of the job's `also_compile` configurations in turn, as compile-only
+    jobs of their own (dumps in `case-i/` of the artifact folder), and write each
+    result to `case_result_path(path, i)` as it is known."""
+    versions = _versions() if job.also_compile else {}
+    for i, case in enumerate(job.also_compile, 1):
+        artifacts = _subdir(job.artifact_dir, f"case-{i}")
+        body: dict[str, Any] = {"status": "ok", "message": "", **versions}
+        try:
+            body.update(measure(work, replace(
+                job, compiler_options=dict(case["compiler_options"]),
+                program_flags=case["program_flags"], artifact_dir=artifacts,
+                also_compile=())))
+        except Exception as exc:
+            body.update(_failed(exc))
+        write_result(case_result_path(path, i), body)
 
 
 def _leave_now(code: int) -> None:

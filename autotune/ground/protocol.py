@@ -110,6 +110,12 @@ class Job:
             (`autotune.flags.compose.after_hlo_text`), hashed into its program
             fingerprint with the dump, which does not show them.
         reference_program_flags: the same for the in-process reference.
+        also_compile: further configurations a compile-only PAIRED job (phases
+            `compile` alone, no PGLE) compiles in the same process after its own,
+            each an object of `compiler_options` and `program_flags`; the
+            child writes the result of item i (from 1) to
+            `case_result_path(its result file, i)`. One process start (and
+            JAX's import and backend) serves a space fit's compiles.
     """
 
     steps: int = 20
@@ -133,10 +139,12 @@ class Job:
     pgle_model: str | None = None
     program_flags: str = ""
     reference_program_flags: str = ""
+    also_compile: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if isinstance(self.prune_curve, list):  # JSON's lists, kept as a tuple like phases
-            object.__setattr__(self, "prune_curve", tuple(self.prune_curve))
+        for name in ("prune_curve", "also_compile"):  # JSON's lists, kept as tuples
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         _check_job(self)
 
     @property
@@ -153,6 +161,7 @@ class Job:
         body["known_programs"] = dict(self.known_programs)
         body["reference_options"] = (None if self.reference_options is None
                                      else dict(self.reference_options))
+        body["also_compile"] = [dict(case) for case in self.also_compile]
         return json.dumps({"schema_version": SCHEMA_VERSION, **body})
 
     @classmethod
@@ -173,6 +182,12 @@ class Job:
         if "phases" in body:
             body["phases"] = _phases(body["phases"])
         return cls(**body)
+
+
+def case_result_path(path: str, case: int) -> str:
+    """The result file of item `case` (from 1) of a job's `also_compile`, beside the
+    job's own result file `path` (never taken for a process's: `rank_result_path`)."""
+    return f"{path}.case-{case}"
 
 
 def rank_result_path(path: str, rank: int) -> str:
@@ -254,6 +269,29 @@ def _check_job(job: Job) -> None:
             raise ProtocolError(f"job field '{name}': expected a text of flags, "
                                 f"got {getattr(job, name)!r}")
     _check_pgle(job)
+    _check_also_compile(job)
+
+
+#: The keys of each item of `Job.also_compile`.
+CASE_KEYS = ("compiler_options", "program_flags")
+
+
+def _check_also_compile(job: Job) -> None:
+    """`also_compile`: items of per-compilation options and program flags, only in a
+    compile-only PAIRED job that is not PGLE's."""
+    if not isinstance(job.also_compile, tuple):
+        raise ProtocolError(f"job field 'also_compile': expected a list, got {job.also_compile!r}")
+    for i, case in enumerate(job.also_compile):
+        if not (isinstance(case, Mapping) and sorted(case) == sorted(CASE_KEYS)
+                and _options_ok(case["compiler_options"])
+                and isinstance(case["program_flags"], str)):
+            raise ProtocolError(f"job field 'also_compile[{i}]': expected an object of "
+                                f"'compiler_options' and 'program_flags', got {case!r}")
+    if job.also_compile and (job.phases != (Phase.COMPILE,) or not job.paired
+                             or job.pgle_mode is not None):
+        raise ProtocolError("job field 'also_compile': only a compile-only PAIRED job "
+                            "(phases ['compile'], compiler_options, no PGLE) compiles more "
+                            "configurations")
 
 
 #: The ways a PGLE job makes its candidate (`Job.pgle_mode`).

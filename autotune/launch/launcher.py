@@ -37,6 +37,7 @@ from autotune.ground.protocol import (
     SIZE_VARIABLES,
     Job,
     Phase,
+    case_result_path,
 )
 from autotune.ground.records import FlagValue, Measurement, OutcomeKind, TrialOutcome
 from autotune.rules.failures import classify_exit
@@ -244,6 +245,12 @@ class Launcher(ABC):
     def launch(self, request: TrialRequest) -> TrialOutcome:
         """Measure `request` and return what happened."""
 
+    def launch_all(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]:
+        """Measure each of `requests`: their outcomes, in order, as `launch` would give
+        them (here, one `launch` each; `SubprocessLauncher` compiles a series of
+        compile-only requests in one process)."""
+        return [self.launch(request) for request in requests]
+
 
 #: The variable naming where trials' scratch folders go: with a multi-host `launcher`,
 #: a folder every host sees (each process writes its result file there).
@@ -295,6 +302,39 @@ class SubprocessLauncher(Launcher):
             if not self.keep_scratch:
                 _remove_tree(scratch)
 
+    def launch_all(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]:
+        """One child compiles a series of compile-only PAIRED requests (`batchable`: a
+        space fit's), each with its own per-compilation options (`Job.also_compile`),
+        under the first's time limit once per request. Each request's outcome is its own
+        result file's, its duration a share of the child's; a request whose file the
+        child did not write (it crashed or ran out of time on an earlier one) is
+        launched again on its own, so a failure is the configuration's that caused it."""
+        if len(requests) < 2 or not batchable(requests):
+            return super().launch_all(requests)
+        keep = self.keep_scratch
+        first = requests[0]
+        batch = replace(first.with_job(also_compile=tuple(
+            {"compiler_options": dict(r.job.compiler_options or {}),
+             "program_flags": r.job.program_flags} for r in requests[1:])),
+            timeout_s=first.timeout_s * len(requests))
+        scratch = Path(tempfile.mkdtemp(prefix="autotune-trial-", dir=self.scratch_root))
+        try:
+            finished = run_bounded(
+                self._argv(batch), self._child_env(batch, scratch), scratch, batch.timeout_s,
+                batch.memory_limit_bytes, batch.workdir, scratch=None if keep else scratch)
+            base = TrialOutcome(OutcomeKind.CRASHED, "",
+                                duration_s=finished.duration_s / len(requests),
+                                stdout_tail=finished.stdout, stderr_tail=finished.stderr)
+            result = scratch / "result.json"
+            files = [result] + [Path(case_result_path(str(result), i))
+                                for i in range(1, len(requests))]
+            read = [_from_result_file(path, base) if path.exists() else None for path in files]
+        finally:
+            if not keep:
+                _remove_tree(scratch)
+        return [outcome if outcome is not None else self.launch(request)
+                for request, outcome in zip(requests, read, strict=True)]
+
     def _argv(self, request: TrialRequest) -> list[str]:
         if request.command is not None:
             argv = list(request.command)
@@ -340,6 +380,19 @@ class SubprocessLauncher(Launcher):
                 f"process 0 reported success but the launcher exited with code {rc}: another "
                 f"process ended without a result ({last})"))
         return outcome
+
+
+def batchable(requests: Sequence[TrialRequest]) -> bool:
+    """Whether one child may compile all of `requests` (`Job.also_compile`): each is
+    compile-only, PAIRED, not PGLE's and runs without a cluster launcher, and they differ
+    in their configuration alone (flags, per-compilation options, program flags)."""
+    def rest(request: TrialRequest) -> TrialRequest:
+        return replace(request, flags={}, job=replace(
+            request.job, compiler_options={}, program_flags=""))
+
+    first = rest(requests[0])
+    return all(r.job.phases == (Phase.COMPILE,) and r.job.paired and r.job.pgle_mode is None
+               and r.launcher is None and rest(r) == first for r in requests)
 
 
 def rank_files(result: Path) -> dict[int, Path]:

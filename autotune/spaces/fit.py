@@ -306,8 +306,9 @@ class ProbeCase:
     values: tuple[FlagValue, ...]
 
 
-#: A configuration -> the fingerprint of its compiled program (None: it did not compile).
-Compile = Callable[[Mapping[str, FlagValue]], str | None]
+#: Configurations -> the fingerprints of their compiled programs, in the same order (None:
+#: it did not compile).
+CompileMany = Callable[[Sequence[Mapping[str, FlagValue]]], list[str | None]]
 
 
 def probe_cases(space: Space, catalog: Any,
@@ -335,30 +336,67 @@ def probe_cases(space: Space, catalog: Any,
     return cases
 
 
-def run_probe(cases: Sequence[ProbeCase], baseline: str | None,
-              compile_: Compile) -> list[FitChange]:
+def run_probe(cases: Sequence[ProbeCase], compile_many: CompileMany) -> list[FitChange]:
     """Drop each probed param whose every value compiles to its reference's program.
 
-    `baseline` is the fingerprint of the baseline's program (None: unknown, and
-    the cases compared with it are not judged). `compile_` compiles one
-    configuration (the caller keeps what it made); a param stops being probed
-    at its first value that compiles to another program or not at all. A case
-    whose condition reads a param dropped before it is skipped (it goes with
-    that param).
+    A case's reference is its condition's values alone, or the baseline's
+    configuration (`{}`) for a case without a condition. The probe goes in
+    rounds, each one call of `compile_many` (one process compiles a round,
+    `Launcher.launch_all`): a round compiles the next value of every case
+    under way, and the reference and first value of every case that may
+    start. A param stops being probed at its first value that compiles to
+    another program or not at all (its later values are never compiled); a
+    case whose reference did not compile is not judged. A case starts once
+    every probed param its condition reads is decided, and is skipped where
+    one of them was dropped (it goes with that param). The changes come in
+    the cases' order; the caller keeps what it compiled (a configuration
+    asked again is not compiled again).
     """
-    changes: list[FitChange] = []
+    order = {case.flag: i for i, case in enumerate(cases)}
+    by_flag = {case.flag: case for case in cases}
+    waiting = list(cases)
+    running: dict[str, int] = {}  # flag -> index of its value this round
+    references: dict[str, str | None] = {}
     dropped: set[str] = set()
-    for case in cases:
-        if dropped.intersection(case.reference):
-            continue
-        reference = compile_(case.reference) if case.reference else baseline
-        if reference is None:
-            continue
-        if all(compile_({**case.reference, case.flag: v}) == reference for v in case.values):
-            dropped.add(case.flag)
-            changes.append(FitChange(case.param, case.flag, Action.DROPPED,
-                                     _probe_reason(case), evidence="probe"))
-    return changes
+    while waiting or running:
+        undecided = {case.flag for case in waiting} | set(running)
+        ready = [case for case in waiting if not undecided.intersection(case.reference)]
+        for case in ready or waiting:  # a cycle of conditions (none is ready): start them all
+            waiting.remove(case)
+            if not dropped.intersection(case.reference):
+                running[case.flag] = 0
+        asked = {flag: _probe_configs(by_flag[flag], at, flag not in references)
+                 for flag, at in running.items()}
+        unique = {_config_id(c): c for configs in asked.values() for c in configs}
+        got = dict(zip(unique, compile_many(list(unique.values())), strict=True))
+        for flag, configs in asked.items():
+            case = by_flag[flag]
+            if flag not in references:
+                references[flag] = got[_config_id(configs[0])]
+            at, reference = running.pop(flag), references[flag]
+            if reference is None or (case.values and got[_config_id(configs[-1])] != reference):
+                continue  # not judged, or another program: kept
+            if at + 1 < len(case.values):
+                running[flag] = at + 1
+            else:
+                dropped.add(flag)
+    return [FitChange(by_flag[flag].param, flag, Action.DROPPED,
+                      _probe_reason(by_flag[flag]), evidence="probe")
+            for flag in sorted(dropped, key=order.__getitem__)]
+
+
+def _probe_configs(case: ProbeCase, at: int, first: bool) -> list[dict[str, FlagValue]]:
+    """What a round compiles for `case`: its reference on its first round, then its value
+    number `at` with the reference (nothing more for a case without values)."""
+    configs = [dict(case.reference)] if first else []
+    if case.values:
+        configs.append({**case.reference, case.flag: case.values[at]})
+    return configs
+
+
+def _config_id(config: Mapping[str, FlagValue]) -> str:
+    """A configuration's identity within a round (its flags and values, in name order)."""
+    return repr(sorted(config.items(), key=lambda item: item[0]))
 
 
 def _probe_reason(case: ProbeCase) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.ground.proc import deferred_interrupt
 from autotune.ground.records import (
@@ -41,6 +41,8 @@ from autotune.study.trials import TrialJudge, environment_key, environment_of
 
 if TYPE_CHECKING:
     import optuna
+
+_T = TypeVar("_T")
 
 #: Turns a launched outcome into what is stored: the outcome (judged) and its ratio.
 Settle = Callable[[TrialOutcome], tuple[TrialOutcome, float | None]]
@@ -113,11 +115,15 @@ class StudyContext:
         """Launch one measurement; under a claim, beat its heartbeat every `CLAIM_BEAT_S`
         seconds (a third of `plan.options.heartbeat_s` where that is shorter) meanwhile, so
         readers see a live worker (`Store.live_claims`)."""
+        return self._beating(claim_id, lambda: self.launcher.launch(request))
+
+    def _beating(self, claim_id: int | None, launch: Callable[[], _T]) -> _T:
+        """`launch()`, beating claim `claim_id`'s heartbeat meanwhile (see `launch`)."""
         if claim_id is None:
-            return self.launcher.launch(request)
+            return launch()
         every = min(CLAIM_BEAT_S, self.plan.options.heartbeat_s / 3)
         with claim_heartbeat(self.store, claim_id, every):
-            return self.launcher.launch(request)
+            return launch()
 
     def record(self, number: int | None, role: Role, flags: Mapping[str, FlagValue],
                outcome: TrialOutcome, *, ratio: float | None = None,
@@ -202,3 +208,16 @@ class StudyContext:
         with deferred_interrupt():
             self.record(number, role, flags, outcome)
         return outcome
+
+    def measure_all(self, role: Role, configs: Sequence[Mapping[str, FlagValue]],
+                    requests: Sequence[TrialRequest],
+                    claim: ClaimRecord | None) -> list[TrialOutcome]:
+        """Runs of a series under a held claim (None: unclaimed), launched together
+        (`Launcher.launch_all`: one child compiles a fit's series) and each stored as a
+        run of no trial, in order, once all are back; the claim stays held."""
+        outcomes = self._beating(None if claim is None else claim.id,
+                                 lambda: self.launcher.launch_all(requests))
+        with deferred_interrupt():
+            for flags, outcome in zip(configs, outcomes, strict=True):
+                self.record(None, role, flags, outcome)
+        return outcomes

@@ -13,7 +13,7 @@ configurations before it was fitted stores a fit that changes nothing
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import optuna
@@ -80,15 +80,18 @@ def _compute_fit(ctx: StudyContext, study: optuna.Study, claim: ClaimRecord | No
         compiled[""] = base.fingerprint  # compiled the way the probe compiles
     made = len(compiled)
 
-    def compile_(config: Mapping[str, FlagValue]) -> str | None:
-        key = config_key(effective_config(config, catalog))
-        if key not in compiled:
-            compiled[key] = _compile_only(ctx, config, claim)
-        return compiled[key]
+    def compile_many(configs: Sequence[Mapping[str, FlagValue]]) -> list[str | None]:
+        keys = [config_key(effective_config(config, catalog)) for config in configs]
+        new = {key: config for key, config in zip(keys, configs, strict=True)
+               if key not in compiled}
+        if new:
+            compiled.update(zip(new, _compile_only(ctx, list(new.values()), claim),
+                                strict=True))
+        return [compiled[key] for key in keys]
 
     cases = probe_cases(apply_fit(space, settle_fit(space, changes)), catalog) \
         if base.fingerprint else []  # a launcher that fingerprints nothing: no probe
-    changes += run_probe(cases, compile_({}) if cases else None, compile_)
+    changes += run_probe(cases, compile_many)
     return settle_fit(space, changes, probes=len(compiled) - made, collectives=collectives)
 
 
@@ -100,14 +103,15 @@ def _compiled_before(runs: list[RunRecord], catalog: Catalog) -> dict[str, str |
             and r.outcome.measurement is not None}
 
 
-def _compile_only(ctx: StudyContext, config: Mapping[str, FlagValue],
-                  claim: ClaimRecord | None) -> str | None:
-    """Compile `config` per compilation (nothing timed), store the run as FINGERPRINT
-    (no trial) and return its program's fingerprint (None: it did not compile)."""
+def _compile_only(ctx: StudyContext, configs: Sequence[Mapping[str, FlagValue]],
+                  claim: ClaimRecord | None) -> list[str | None]:
+    """Compile each of `configs` per compilation (nothing timed; one process for all of
+    them where the launcher can, `Launcher.launch_all`), store each run as FINGERPRINT
+    (no trial) and return their programs' fingerprints (None: it did not compile)."""
     judge = ctx.judge
-    request = replace(judge.request({}), flags=dict(config)).compile_only().with_job(
+    requests = [replace(judge.request({}), flags=dict(config)).compile_only().with_job(
         compiler_options=compiler_options(config, judge.catalog),
-        program_flags=after_hlo_text(config, judge.catalog))
-    outcome = ctx.measure(None, Role.FINGERPRINT, config, request, claim)
-    m = outcome.measurement
-    return m.fingerprint if outcome.ok and m is not None else None
+        program_flags=after_hlo_text(config, judge.catalog)) for config in configs]
+    outcomes = ctx.measure_all(Role.FINGERPRINT, configs, requests, claim)
+    return [o.measurement.fingerprint if o.ok and o.measurement is not None else None
+            for o in outcomes]
