@@ -25,6 +25,8 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from autotune.launch.launcher import Launcher
+
 ROOT = Path(__file__).resolve().parents[2]
 #: what `autotune study` confirms by default: the best 3, 2 fresh processes each, then
 #: sequentially up to 32 processes per configuration (`--confirm-max`)
@@ -118,8 +120,9 @@ class Enough(Exception):
     """Raised by `Counting` at the launch after the last timed process a search may use."""
 
 
-class Counting:
-    """A launcher that stops the search once `goal` processes have timed something."""
+class Counting(Launcher):
+    """A launcher that stops the search once `goal` processes have timed something (a
+    series, `launch_all`, goes one `launch` at a time, as the base class does)."""
 
     def __init__(self, inner: Any, goal: float) -> None:
         self.inner, self.goal, self.timed = inner, goal, 0
