@@ -292,6 +292,12 @@ def test_a_param_whose_condition_reads_a_param_the_probe_dropped_is_not_probed()
     changes = run_probe(probe_cases(space, load_catalog()), compiler)
     assert "xla_cpu_enable_fast_math" in {c.param for c in changes}
     assert not [c for c in compiler.compiled if "xla_cpu_fast_math_honor_nans" in c]
+    # a param skipped with the one it reads asks for no round of its own
+    fast, nans = "xla_cpu_enable_fast_math", "xla_cpu_fast_math_honor_nans"
+    alone = Compiler({})
+    changes = run_probe([ProbeCase(fast, fast, {}, (True,)),
+                         ProbeCase(nans, nans, {fast: True}, (False,))], alone)
+    assert [c.param for c in changes] == [fast] and alone.rounds == [[{}, {fast: True}]]
     assert "xla_cpu_fast_math_honor_nans" not in apply_fit(space, settle(space, changes)).params
 
 

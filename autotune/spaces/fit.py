@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from autotune.flags.compose import compiler_options, effective_config
+from autotune.flags.compose import compiler_options, config_key, effective_config
 from autotune.ground.records import CollectiveStats, FlagValue
 from autotune.rules.collectives import profile_from_json, profile_json
 from autotune.spaces.params import Param
@@ -365,16 +365,18 @@ def run_probe(cases: Sequence[ProbeCase], compile_many: CompileMany) -> list[Fit
             waiting.remove(case)
             if not dropped.intersection(case.reference):
                 running[case.flag] = 0
+        if not running:  # every case that started was skipped: no round to compile
+            continue
         asked = {flag: _probe_configs(by_flag[flag], at, flag not in references)
                  for flag, at in running.items()}
-        unique = {_config_id(c): c for configs in asked.values() for c in configs}
+        unique = {config_key(c): c for configs in asked.values() for c in configs}
         got = dict(zip(unique, compile_many(list(unique.values())), strict=True))
         for flag, configs in asked.items():
             case = by_flag[flag]
             if flag not in references:
-                references[flag] = got[_config_id(configs[0])]
+                references[flag] = got[config_key(configs[0])]
             at, reference = running.pop(flag), references[flag]
-            if reference is None or (case.values and got[_config_id(configs[-1])] != reference):
+            if reference is None or (case.values and got[config_key(configs[-1])] != reference):
                 continue  # not judged, or another program: kept
             if at + 1 < len(case.values):
                 running[flag] = at + 1
@@ -392,11 +394,6 @@ def _probe_configs(case: ProbeCase, at: int, first: bool) -> list[dict[str, Flag
     if case.values:
         configs.append({**case.reference, case.flag: case.values[at]})
     return configs
-
-
-def _config_id(config: Mapping[str, FlagValue]) -> str:
-    """A configuration's identity within a round (its flags and values, in name order)."""
-    return repr(sorted(config.items(), key=lambda item: item[0]))
 
 
 def _probe_reason(case: ProbeCase) -> str:
