@@ -199,7 +199,8 @@ def test_what_to_do_follows_what_the_driver_said(tmp_path):
 
 
 def test_a_disk_io_error_on_a_disk_without_room_is_called_full(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "FULL_BELOW_BYTES", shutil.disk_usage(tmp_path).free + 1)
+    # Above the disk's size, not its free space: other tests free space meanwhile.
+    monkeypatch.setattr(engine, "FULL_BELOW_BYTES", shutil.disk_usage(tmp_path).total + 1)
     assert what_to_do("disk I/O error", tmp_path).startswith("the disk holding it is full")
     assert what_to_do("disk I/O error").startswith("the disk holding it could not")  # unknown
     assert engine.sqlite_folder(f"sqlite:///{tmp_path}/a.db") == tmp_path
