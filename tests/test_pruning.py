@@ -168,7 +168,7 @@ def test_a_real_child_stops_above_the_curve_though_within_the_margin(workloads_d
                                     prune_curve=(None,) * 7 + (0.2,), compiler_options={}))
     # the curve limits the eighth pair only (0.2: no load spike takes the lowest running
     # ratio of XLA's defaults against themselves that far down on steps of milliseconds;
-    # on the tiny preset's 0.09 ms steps, a stalled first baseline step once did, in CI's
-    # slow tests on two busy cores)
+    # on the tiny preset's 0.09 ms steps, a stalled first baseline step once did, in a
+    # slow-test run on two busy cores)
     late = SubprocessLauncher().launch(unpruned)
     assert late.kind is OutcomeKind.PRUNED and "after 8 paired steps" in late.message
