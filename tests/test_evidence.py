@@ -323,6 +323,34 @@ def test_the_table_launcher_draws_a_programs_repeats_without_replacement():
     assert sorted(m.step_times_s for m in drawn if m) == sorted(recorded)  # each one once
 
 
+def test_a_recorded_process_drawn_again_is_counted_or_refused():
+    """Past a program's recorded processes the replay serves them again, counting each
+    such draw and naming the program; without reuse it refuses the draw instead."""
+    from autotune.launch.replay import TableExhausted
+
+    table = ReplayTable.load(NORM_ACT)
+    catalog = load_catalog()
+    key = min((k for k in table.runs if k and table.programs.get(k)),
+              key=lambda k: len(table.members(table.programs[k])))
+    held = len(table.program_runs(key))
+    other = next(k for k in table.runs if k and table.programs.get(k)
+                 and table.programs[k] != table.programs[key])
+    launcher = TableLauncher(table, catalog, seed=5)
+    for _ in range(held):
+        launcher.launch(_request(table.flags[key]))
+    launcher.launch(_request(table.flags[other]))
+    assert launcher.served["reused"] == 0 and launcher.reused == set()  # the first round
+    launcher.launch(_request(table.flags[key]))
+    launcher.launch(_request(table.flags[key]))
+    assert launcher.served["reused"] == 2 and launcher.reused == {table.programs[key]}
+    fresh = TableLauncher(table, catalog, seed=5, reuse=False)
+    for _ in range(held):
+        fresh.launch(_request(table.flags[key]))
+    with pytest.raises(TableExhausted, match="no further recorded process"):
+        fresh.launch(_request(table.flags[key]))
+    assert fresh.launch(_request(table.flags[other])).measurement.step_times_s
+
+
 def test_a_pooled_ratio_is_the_median_of_log_ratios():
     s = Runs()
     for i, r in enumerate((0.8, 1.25, 1.0)):

@@ -545,7 +545,8 @@ def test_a_confirmation_longer_than_the_tables_runs_is_served_from_its_long_runs
     glued = launcher.launch(longer(joined, 14))
     assert len(glued.measurement.step_times_s) == 14
     assert {round(t, 6) for t in glued.measurement.step_times_s} <= {0.012, 0.013}
-    assert launcher.served == {"long": 2, "joined": 1}
+    # 14 steps from two recorded runs of 6: the third piece draws one of them again
+    assert launcher.served == {"long": 2, "joined": 1, "reused": 1}
     # long runs from another kind of machine (or one not known) confirm nothing here: the
     # table's own runs are joined instead
     for made_on in ({"vector_isa": "avx2"}, {}):
@@ -556,7 +557,7 @@ def test_a_confirmation_longer_than_the_tables_runs_is_served_from_its_long_runs
         elsewhere = TableLauncher(foreign, load_catalog(), seed=0, long_after=6)
         other = elsewhere.launch(longer(recorded, 25)).measurement
         assert {round(t, 6) for t in other.step_times_s} <= {0.009, 0.0091, 0.0092}
-        assert elsewhere.served == {"joined": 1}
+        assert elsewhere.served == {"joined": 1, "reused": 2}  # 25 steps from 3 runs of 6
 
 
 @pytest.mark.slow
@@ -614,6 +615,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
                             timeout=300)
     doc = json.loads(result.stdout)
     assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 2, 32]
+    assert doc["fresh"] is False
     [table] = doc["tables"]
     assert set(table["oracle"]) == {"10", "20"}
     entries = table["results"]
@@ -623,7 +625,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
         beside_random = {"matching"} if entry["sampler"] != "random" else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
                               "captured_gain", "slower", "right", "kept", "sound", "timed",
-                              "of_oracle", "served"} | beside_random
+                              "of_oracle", "served", "reused", "exhausted"} | beside_random
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
             assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
         assert set(entry["within"]) == {"1%", "2%", "5%"}

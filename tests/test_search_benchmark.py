@@ -165,6 +165,34 @@ def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation
     assert choose_sampler("auto", (Objective.TIME,), space, 20 * 40).name == "grid"
 
 
+def test_a_study_that_outdraws_the_table_is_told_and_bounded_by_its_fresh_processes():
+    """Norm-act tiny, report seed 1001: confirming its optimum took more processes of that
+    program than the table holds, so the answer rests on recorded processes drawn twice
+    (`Answer.reused`); with `fresh` the study stops where the table runs out and keeps
+    the defaults; the search before it is the same either way."""
+    study = script("replay_study")
+    table = ReplayTable.load(ROOT / "benchmarks/tables/norm-act-tiny.json.gz")
+    space = load_space(str(ROOT / table.meta["space"]))
+    reused = study.run_study(table, space, "auto", 1001, 40, load_catalog(), confirm=True)
+    optimum = min(table.ratios().values())
+    assert reused.true_ratio == pytest.approx(optimum)
+    assert reused.reused and reused.served["reused"] > 0 and not reused.exhausted
+    fresh = study.run_study(table, space, "auto", 1001, 40, load_catalog(), confirm=True,
+                            fresh=True)
+    assert fresh.exhausted and not fresh.reused and not fresh.served.get("reused")
+    assert fresh.recommended == "" and fresh.trace == reused.trace
+    assert fresh.device_seconds < reused.device_seconds
+    figures = script("search_efficiency").figures_at([reused, fresh], 40, optimum,
+                                                     table.true_ratio(""))
+    assert figures["reused"] == 0.5 and figures["exhausted"] == 0.5
+    assert figures["served"]["reused"] == reused.served["reused"]
+    outcome = script("outcome")
+    held = len(table.program_runs(outcome.best_program_key(table)))
+    assert outcome.oracle(table, [held, held + 1], [1, 2])["reused"] == 0.5
+    capped = outcome.oracle_answer(table, held + 30, 1, fresh=True)
+    assert capped[1] == pytest.approx(outcome.oracle_answer(table, held, 1)[1])
+
+
 def test_a_longer_confirmation_is_served_from_the_tables_runs_of_that_length():
     """`CONFIRM_STEPS` (`--confirm-steps`) reaches every confirmation process; the replay
     serves each from a recorded run of that length where the program has them (a committed
@@ -181,7 +209,8 @@ def test_a_longer_confirmation_is_served_from_the_tables_runs_of_that_length():
     assert sum(a.served.get("long", 0) for a in answers) >= 1
     answer = answers[0]
     short = study.run_study(table, space, "auto", 1002, 40, load_catalog(), confirm=True)
-    assert short.served == {}  # the search's own steps: nothing longer was asked for
+    # the search's own steps: nothing longer was asked for
+    assert not short.served.get("long") and not short.served.get("joined")
     # a confirmation process of 160 steps costs more than one of the table's 20
     assert answer.device_seconds - answer.trace.device_seconds[-1] > \
         short.device_seconds - short.trace.device_seconds[-1]
@@ -330,7 +359,9 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     doc = json.loads(done.stdout)
     assert [t["table"] for t in doc["tables"]] == ["norm-act-small.json", "mlp-dp-small.json"]
     assert [t["workload"] for t in doc["tables"]] == ["norm-act", "mlp-dp"]
+    assert doc["fresh"] is False
     for row in doc["tables"]:
+        assert {"reused", "exhausted"} <= set(row["left_out"]) and "reused" in row["oracle"]
         assert set(row) == {"table", "workload", "pick", "left_out", "shipped", "oracle",
                             "of_oracle"}
         assert row["pick"]["autotune.results.evidence:BACKED_BY"] in (2, 3)

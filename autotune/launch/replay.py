@@ -222,6 +222,11 @@ class ReplayTable:
         return sum(r <= best * (1 + within) for r in ratios.values()) / len(ratios)
 
 
+class TableExhausted(Exception):
+    """A `TableLauncher` that may not serve a recorded process twice was asked for one
+    more process of a program than the table holds (`reuse=False`)."""
+
+
 class TableLauncher(Launcher):
     """Answers each trial from a `ReplayTable`, the noise drawn from the recorded repeats.
 
@@ -244,16 +249,26 @@ class TableLauncher(Launcher):
     the answers of each kind ("long", "joined"), so a benchmark can say how many of its
     long answers were measured as such.
 
+    A table holds a finite number of recorded processes of each program. Once a study has
+    drawn all of them, the next draw starts another round of the same processes, which
+    the study's statistics then count as new, independent ones: its intervals come out
+    narrower than the table can support. `served["reused"]` counts such draws and
+    `reused` names the programs drawn so; with `reuse` False the launcher raises
+    `TableExhausted` instead, so a benchmark can say what a study gets from the table's
+    fresh processes alone.
+
     Args:
         table: the recorded table.
         catalog: the flag catalog (XLA's defaults, to find the effective configuration).
         seed: seed of the draws.
         long_after: requests of more steps than this are served by `_long`; None: every
             request from the table's runs, whatever its steps.
+        reuse: serve a program's recorded processes again once all were drawn (True),
+            or raise `TableExhausted` (False).
     """
 
     def __init__(self, table: ReplayTable, catalog: Any, seed: int | None = None,
-                 long_after: int | None = None) -> None:
+                 long_after: int | None = None, reuse: bool = True) -> None:
         self.table = table
         self.long_after = long_after
         self.catalog = catalog
@@ -261,6 +276,11 @@ class TableLauncher(Launcher):
         self.launched: list[str] = []
         self._rounds: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
         self.served: Counter[str] = Counter()
+        self.reuse = reuse
+        self._filled: Counter[tuple[str, ...]] = Counter()  # rounds begun, per pool
+        #: the programs (configuration keys, where a table has no fingerprints) of which a
+        #: recorded process was drawn a second time
+        self.reused: set[str] = set()
 
     def launch(self, request: TrialRequest) -> TrialOutcome:
         key = compose.config_key(compose.effective_config(request.flags, self.catalog))
@@ -282,14 +302,25 @@ class TableLauncher(Launcher):
         """One recorded process of the configuration's program, drawn without replacement
         (a shuffled round of its pooled repeats, then the next round): two re-measurements
         are two distinct recorded processes, as two real ones would be, and one lucky
-        process is not drawn again until every other repeat has been. `source` "long_runs"
-        draws from the runs of confirmation length (there must be some)."""
+        process is not drawn again until every other repeat has been (a draw of a later
+        round is counted in `served["reused"]`, or refused under `reuse` False). `source`
+        "long_runs" draws from the runs of confirmation length (there must be some).
+
+        Raises:
+            TableExhausted: `reuse` is False and every recorded process was drawn.
+        """
         program = self.table.programs.get(key)
-        pool = ("program", program) if program else ("configuration", key)
-        stack = self._rounds.setdefault((source, *pool), [])
+        pool = (source, *(("program", program) if program else ("configuration", key)))
+        stack = self._rounds.setdefault(pool, [])
         if not stack:
+            if self._filled[pool] and not self.reuse:
+                raise TableExhausted(f"the table holds no further recorded process of {key!r}")
             stack.extend(self.table.program_runs(key, long=source == "long_runs"))
             self.rng.shuffle(stack)
+            self._filled[pool] += 1
+        if self._filled[pool] > 1:
+            self.served["reused"] += 1
+            self.reused.add(program or key)
         return stack.pop()
 
     def _has_long(self, key: str) -> bool:

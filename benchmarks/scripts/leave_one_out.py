@@ -150,7 +150,7 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
         shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
                              defaults, worth)
         limit = outcome.oracle(table, [budget + confirm_budget(chosen)] * len(report),
-                               report)
+                               report, runner.fresh)
         out.append({"table": path.name, "workload": workload,
                     "pick": {f"{m}:{a}": v for m, a, v in chosen},
                     "left_out": left, "shipped": shipped, "oracle": limit,
@@ -184,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--report-seeds", default=REPORT_SEEDS)
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--json", action="store_true", help="print one JSON document only")
+    parser.add_argument("--fresh", action="store_true",
+                        help="never serve a recorded process twice (see search_efficiency.py)")
     args = parser.parse_args(argv)
     try:
         tunes = [parse_tune(t) for t in args.tune]
@@ -194,13 +196,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--choose-seeds and --report-seeds must be disjoint")
     if len({workload_of(loaded(str(path))[0].meta) for path in args.tables}) < 2:
         parser.error("leaving one workload out needs tables of at least two workloads")
-    runner = Runner(max(1, args.jobs))
+    runner = Runner(max(1, args.jobs), fresh=args.fresh)
     try:
         found = run(args.tables, tunes, args.budget, args.sampler, choose, report, runner)
     finally:
         runner.close()
     if args.json:
         print(json.dumps({"budget": args.budget, "sampler": args.sampler, "tune": args.tune,
+                          "fresh": args.fresh,
                           "choose_seeds": seeds_text(choose), "report_seeds": seeds_text(report),
                           "tables": found}, indent=1))
         return
@@ -212,9 +215,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in ("left_out", "shipped", "oracle"):
             print(_line(name, row[name]))
         served = row["left_out"].get("served") or {}
-        if any(served.values()):
+        if served.get("long") or served.get("joined"):
             print(f"  left out: {served['long']} confirmation processes served from runs of "
                   f"that length, {served['joined']} joined from shorter runs")
+        if row["left_out"].get("reused") or row["oracle"].get("reused"):
+            print(f"  a recorded process drawn twice behind the answer: left out on "
+                  f"{row['left_out']['reused']:.0%} of seeds, the oracle on "
+                  f"{row['oracle']['reused']:.0%} (their intervals narrower than the table "
+                  "supports; --fresh bounds them)")
 
 
 if __name__ == "__main__":

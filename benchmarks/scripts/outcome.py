@@ -133,11 +133,13 @@ def _program_runs(table, key: str) -> list[dict[str, Any]]:
     return [run for member in members for run in table.runs[member]]
 
 
-def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]:
+def oracle_answer(table, processes: int, seed: int, fresh: bool = False
+                  ) -> tuple[float, float, bool]:
     """(true ratio recommended, device-seconds, whether it kept the defaults) of the oracle
     spending `processes` timed
     processes on the best program: recorded repeats of it drawn without replacement in
-    shuffled rounds (`TableLauncher`'s rule), judged by `paired_ratio`."""
+    shuffled rounds (`TableLauncher`'s rule), judged by `paired_ratio`; with `fresh`, no
+    more than the table holds (each recorded process once)."""
     from autotune.results import confirmation
     from autotune.rules.stats import paired_ratio
 
@@ -145,6 +147,8 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]
     repeats = [r for r in _program_runs(table, best_program_key(table))
                if r.get("status", "ok") == "ok" and r.get("step_times_s")]
     rng = random.Random(seed)
+    if fresh:
+        processes = min(processes, len(repeats))
     drawn: list[dict[str, Any]] = []
     while len(drawn) < processes and repeats:
         round_ = list(repeats)
@@ -160,13 +164,20 @@ def oracle_answer(table, processes: int, seed: int) -> tuple[float, float, bool]
     return (optimum if confirmed else defaults), seconds, not confirmed
 
 
-def oracle(table, processes: Sequence[int], seeds: Sequence[int]) -> dict[str, Any]:
+def oracle(table, processes: Sequence[int], seeds: Sequence[int], fresh: bool = False
+           ) -> dict[str, Any]:
     """The oracle's `summary` over `seeds`, each seed spending its own number of
-    `processes` (the method's budget: search and confirmation)."""
+    `processes` (the method's budget: search and confirmation; with `fresh`, at most the
+    best program's recorded processes), and `reused`: the share of seeds whose processes
+    outnumber them, so that some were drawn twice."""
     defaults, optimum = truths(table)
-    answers = [oracle_answer(table, n, seed) for n, seed in zip(processes, seeds, strict=True)]
-    return summary([a for a, _, _ in answers], [s for _, s, _ in answers], defaults, optimum,
-                   [k for _, _, k in answers], worth_having(table))
+    answers = [oracle_answer(table, n, seed, fresh)
+               for n, seed in zip(processes, seeds, strict=True)]
+    held = len(_program_runs(table, best_program_key(table)))
+    reused = sum(n > held for n in processes) / len(processes) if not fresh else 0.0
+    return {**summary([a for a, _, _ in answers], [s for _, s, _ in answers], defaults,
+                      optimum, [k for _, _, k in answers], worth_having(table)),
+            "reused": reused}
 
 
 def of_oracle(figures: dict[str, Any], limit: dict[str, Any]) -> dict[str, float | None]:

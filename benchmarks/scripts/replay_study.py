@@ -78,8 +78,15 @@ class Answer:
     device_seconds: float = 0.0
     timed: int = 0
     #: confirmation processes longer than the table's runs, by how the replay served them
-    #: ("long": one recorded run of confirmation length, "joined": runs joined end to end)
+    #: ("long": one recorded run of confirmation length, "joined": runs joined end to end),
+    #: and "reused": draws of a recorded process a second time (`TableLauncher.reused`)
     served: dict[str, int] = field(default_factory=dict)
+    #: the recommendation's program had a recorded process drawn a second time: its
+    #: interval counts that process twice, so it is narrower than the table supports
+    reused: bool = False
+    #: the study asked for more processes of a program than the table holds (`fresh`)
+    #: and stopped there: its answer is what it had measured by then
+    exhausted: bool = False
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -137,7 +144,8 @@ class Counting(Launcher):
 
 
 def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
-              rule: str = "study", trials: int | None = None, confirm: bool = False) -> Answer:
+              rule: str = "study", trials: int | None = None, confirm: bool = False,
+              fresh: bool = False) -> Answer:
     """One seeded study on the table: a search planned with `trials` (default `timed`, the
     budget a user gives) until `timed` processes have timed something, then, with
     `confirm`, the default confirmation and the recommendation.
@@ -148,10 +156,15 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
     "single": the study before pooling (no fitting, no racing), and the
     incumbent is the configuration with the best single observed ratio (the
     baseline, no flags, scored by its in-process A/A ratio like any other).
+
+    `fresh`: never serve a recorded process twice (`TableLauncher`'s `reuse` off);
+    a study that asks for more processes of a program than the table holds stops
+    there, its search or its confirmation (`Answer.exhausted`), and is judged on what
+    it measured by then: a pessimistic bound, where the default is an optimistic one.
     """
     import optuna
 
-    from autotune.launch.replay import TableLauncher
+    from autotune.launch.replay import TableExhausted, TableLauncher
     from autotune.storage.store import Store
     from autotune.study.plan import StudyPlan
     from autotune.study.runner import StudyRunner
@@ -161,20 +174,32 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
                         racing=rule == "study", fit=rule == "study",
                         steps=table.meta["steps"])
     store = Store.open("sqlite://")
-    replay = TableLauncher(table, catalog, seed=seed, long_after=table.meta["steps"])
+    replay = TableLauncher(table, catalog, seed=seed, long_after=table.meta["steps"],
+                           reuse=not fresh)
     launcher = Counting(replay, timed)
     runner = StudyRunner(plan, store, launcher, optuna.storages.InMemoryStorage())
+    exhausted = False
     try:
         runner.run()
     except Enough:
         pass
+    except TableExhausted:
+        exhausted = True
     searched = sorted(store.runs(plan.name), key=lambda r: r.id)
-    answer = Answer(_trace(table, searched, catalog, rule), timed=launcher.timed)
+    answer = Answer(_trace(table, searched, catalog, rule), timed=launcher.timed,
+                    exhausted=exhausted)
     if confirm:
         launcher.goal = math.inf  # confirmation is not part of the search's budget
-        runner.confirm(CONFIRM_TOP, CONFIRM_REPEATS, cap=CONFIRM_MAX, steps=CONFIRM_STEPS)
+        try:
+            if not exhausted:
+                runner.confirm(CONFIRM_TOP, CONFIRM_REPEATS, cap=CONFIRM_MAX,
+                               steps=CONFIRM_STEPS)
+        except TableExhausted:
+            answer.exhausted = True
         _judge(answer, table, store.runs(plan.name), catalog)
         answer.served = dict(replay.served)
+        answer.reused = (table.programs.get(answer.recommended) or answer.recommended) \
+            in replay.reused if answer.recommended else False
     store.close()
     return answer
 
@@ -304,16 +329,16 @@ def memoised_ratios() -> None:
             module.paired_ratio = paired_ratio  # type: ignore[attr-defined]
 
 
-def _answer_job(job: tuple[str, str, int, int, tuple[Setting, ...], str, bool, int | None]
-                ) -> Answer:
+def _answer_job(job: tuple[str, str, int, int, tuple[Setting, ...], str, bool, int | None,
+                           bool]) -> Answer:
     """One study of a job (table path, sampler, seed, timed processes, settings, rule,
-    confirm, planned trials or None)."""
+    confirm, planned trials or None, fresh)."""
     memoised_ratios()
-    path, sampler, seed, timed, settings, rule, confirm, trials = job
+    path, sampler, seed, timed, settings, rule, confirm, trials, fresh = job
     table, space, catalog = loaded(path)
     with patched(settings):
         return run_study(table, space, sampler, seed, timed, catalog, rule=rule,
-                         trials=trials, confirm=confirm)
+                         trials=trials, confirm=confirm, fresh=fresh)
 
 
 def _shipped(setting: Setting) -> bool:
@@ -326,10 +351,12 @@ def _shipped(setting: Setting) -> bool:
 
 
 class Runner:
-    """Runs studies in `jobs` processes (in this one for 1), results in order."""
+    """Runs studies in `jobs` processes (in this one for 1), results in order; with `fresh`,
+    each on the table's fresh recorded processes alone (`run_study`)."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, fresh: bool = False) -> None:
         self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+        self.fresh = fresh
         self._done: dict[tuple[Any, ...], Answer] = {}
 
     def answers(self, path: Path, sampler: str, seeds: Sequence[int], timed: int, *,
@@ -342,7 +369,7 @@ class Runner:
         answer already found is returned, since a seeded study is deterministic.
         """
         changed = tuple(s for s in settings if not _shipped(s))
-        jobs = [(str(path), sampler, seed, timed, changed, rule, confirm, trials)
+        jobs = [(str(path), sampler, seed, timed, changed, rule, confirm, trials, self.fresh)
                 for seed in seeds]
         new = [job for job in dict.fromkeys(jobs) if job not in self._done]
         done = self.pool.map(_answer_job, new) if self.pool else map(_answer_job, new)

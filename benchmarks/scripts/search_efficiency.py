@@ -128,15 +128,22 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
     table, None to judge by `best` and `defaults`), the median processes the search timed, and
     `served`: the confirmation processes longer than the table's runs, over every seed, by
     how the replay served them ("long": one recorded run of that length; "joined": runs
-    joined end to end, kinder than a real long process: `TableLauncher._long`)."""
+    joined end to end, kinder than a real long process: `TableLauncher._long`) and the
+    draws of a recorded process a second time ("reused"), `reused`: the share of seeds
+    whose recommendation rests on such a draw (its interval narrower than the table
+    supports), and `exhausted`: the share of seeds that asked for more processes than
+    the table holds (with the runner's `fresh` only)."""
     within = {f"{w:.0%}": sum(a.trace.at(budget) <= best * (1 + w) for a in answers)
               / len(answers) for w in WITHIN}
     found = outcome.summary([a.true_ratio for a in answers],
                             [a.device_seconds for a in answers], defaults, best,
                             [a.recommended == "" for a in answers], worth)
-    served = {kind: sum(a.served.get(kind, 0) for a in answers) for kind in ("long", "joined")}
+    served = {kind: sum(a.served.get(kind, 0) for a in answers)
+              for kind in ("long", "joined", "reused")}
     return {"within": within, **found,
-            "timed": statistics.median(a.timed for a in answers), "served": served}
+            "timed": statistics.median(a.timed for a in answers), "served": served,
+            "reused": sum(a.reused for a in answers) / len(answers),
+            "exhausted": sum(a.exhausted for a in answers) / len(answers)}
 
 
 def _row(name: str, traces: list[Trace], best: float) -> str:
@@ -180,8 +187,8 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     _describe(table, space, path, best, say)
     structured = _structure(table, say)
     marks = checkpoints(trials)
-    limit = {str(b): outcome.oracle(table, [b + confirm_budget()] * len(seeds), seeds)
-             for b in marks}
+    limit = {str(b): outcome.oracle(table, [b + confirm_budget()] * len(seeds), seeds,
+                                    runner.fresh) for b in marks}
     out: dict[str, Any] = {"table": path.name, "best": best, "defaults": defaults,
                            "structure": structured, "oracle": limit, "results": []}
     if not samplers:
@@ -398,6 +405,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "autotune study; 0: the fixed rounds only)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes running studies (default: 2, or fewer cores)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="never serve a recorded process twice: a study that asks for "
+                             "more than the table holds stops there (a pessimistic bound)")
     args = parser.parse_args(argv)
     shared = sorted(set(args.choose_seeds) & set(args.report_seeds))
     if shared:
@@ -421,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{seeds_text(args.report_seeds)}, disjoint from them; {args.trials} timed "
               "processes per study", flush=True)
     replay_study.CONFIRM_MAX = args.confirm_max  # before the pool forks its workers
-    runner = Runner(max(1, args.jobs))
+    runner = Runner(max(1, args.jobs), fresh=args.fresh)
     tables = []
     try:
         if args.startup_candidates:
@@ -434,6 +444,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         runner.close()
     if args.json:
         print(json.dumps({"seeds": seeds_text(args.report_seeds), "timed_processes": args.trials,
+                          "fresh": args.fresh,
                           "checkpoints": checkpoints(args.trials),
                           "confirm": [CONFIRM_TOP, CONFIRM_REPEATS, args.confirm_max],
                           "tables": tables}, indent=1))
