@@ -187,7 +187,7 @@ def test_a_study_that_outdraws_the_table_is_told_and_bounded_by_its_fresh_proces
     assert figures["reused"] == 0.5 and figures["exhausted"] == 0.5
     assert figures["served"]["reused"] == reused.served["reused"]
     outcome = script("outcome")
-    held = len(table.program_runs(outcome.best_program_key(table)))
+    held = len(outcome._best_repeats(table))
     assert outcome.oracle(table, [held, held + 1], [1, 2])["reused"] == 0.5
     capped = outcome.oracle_answer(table, held + 30, 1, fresh=True)
     assert capped[1] == pytest.approx(outcome.oracle_answer(table, held, 1)[1])

@@ -133,6 +133,13 @@ def _program_runs(table, key: str) -> list[dict[str, Any]]:
     return [run for member in members for run in table.runs[member]]
 
 
+def _best_repeats(table) -> list[dict[str, Any]]:
+    """The recorded processes of the table's best program that timed steps (what the
+    oracle draws from)."""
+    return [r for r in _program_runs(table, best_program_key(table))
+            if r.get("status", "ok") == "ok" and r.get("step_times_s")]
+
+
 def oracle_answer(table, processes: int, seed: int, fresh: bool = False
                   ) -> tuple[float, float, bool]:
     """(true ratio recommended, device-seconds, whether it kept the defaults) of the oracle
@@ -144,8 +151,7 @@ def oracle_answer(table, processes: int, seed: int, fresh: bool = False
     from autotune.rules.stats import paired_ratio
 
     defaults, optimum = truths(table)
-    repeats = [r for r in _program_runs(table, best_program_key(table))
-               if r.get("status", "ok") == "ok" and r.get("step_times_s")]
+    repeats = _best_repeats(table)
     rng = random.Random(seed)
     if fresh:
         processes = min(processes, len(repeats))
@@ -173,7 +179,7 @@ def oracle(table, processes: Sequence[int], seeds: Sequence[int], fresh: bool = 
     defaults, optimum = truths(table)
     answers = [oracle_answer(table, n, seed, fresh)
                for n, seed in zip(processes, seeds, strict=True)]
-    held = len(_program_runs(table, best_program_key(table)))
+    held = len(_best_repeats(table))
     reused = sum(n > held for n in processes) / len(processes) if not fresh else 0.0
     return {**summary([a for a, _, _ in answers], [s for _, s, _ in answers], defaults,
                       optimum, [k for _, _, k in answers], worth_having(table)),
