@@ -273,6 +273,9 @@ def test_a_constant_is_picked_on_the_other_tables_only():
     # (their mean), a has 1.0 + 0.2 + 0.0 = 1.2 against b's 0.0 + 0.5 + 0.5 = 1.0
     two_sizes = {"one": "one", "two": "two", "three": "two", "four": "four"}
     assert loo.pick(scores, two_sizes, "none") == a
+    assert loo.totals(scores, two_sizes, "none") == {a: pytest.approx((1.2, 0.9, -15.0)),
+                                                     b: pytest.approx((1.0, 0.3, -15.0))}
+    assert loo.label(a + (("n", "Y", "x"),)) == 'm:X=1 n:Y="x"'
     # the bar, not the share right: a table without a gain worth having wants the defaults
     figures = {"right": 0.9, "sound": 0.5, "captured_gain": None, "device_seconds": 3.0}
     assert loo.score(figures) == (0.5, 0.0, -3.0)
@@ -364,7 +367,16 @@ def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     for row in doc["tables"]:
         assert {"reused", "exhausted"} <= set(row["left_out"]) and "reused" in row["oracle"]
         assert set(row) == {"table", "workload", "pick", "left_out", "shipped", "oracle",
-                            "of_oracle"}
+                            "of_oracle", "scores"}
+        # the other workload's score of each combination, the pick's the highest
+        assert set(row["scores"]) == {"autotune.results.evidence:BACKED_BY=2 "
+                                      "replay_study:CONFIRM_MAX=8",
+                                      "autotune.results.evidence:BACKED_BY=3 "
+                                      "replay_study:CONFIRM_MAX=8"}
+        best = max(row["scores"].values())
+        assert row["scores"][f"autotune.results.evidence:BACKED_BY="
+                             f"{row['pick']['autotune.results.evidence:BACKED_BY']} "
+                             "replay_study:CONFIRM_MAX=8"] == best
         assert row["pick"]["autotune.results.evidence:BACKED_BY"] in (2, 3)
         assert row["pick"]["replay_study:CONFIRM_MAX"] == 8
         assert 0 <= row["left_out"]["right"] <= 1 and 0 <= row["oracle"]["right"] <= 1

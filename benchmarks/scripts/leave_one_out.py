@@ -17,7 +17,9 @@ sibling, lj-md's, and attention's CPU and GPU tables are each one workload,
 left out together, since a constant chosen on norm-act small has seen norm-act
 tiny. The figure printed for T is the left-out figure; beside it, what autotune
 ships (the constants as the code has them) on the same seeds, and the oracle's
-limit (`outcome.py`).
+limit (`outcome.py`). Each combination's summed score on the other workloads
+(`totals`; the JSON's `scores`, as [sound, gain, -device-seconds]) is printed
+too, so a pick won by a tie-break on device-seconds shows as one.
 
 Each study is the user's (`replay_study.py`): planned with `--trials B` (the
 `--budget`, default 40), stopped after B timed processes, confirmed as
@@ -96,12 +98,13 @@ def score(figures: dict[str, Any]) -> tuple[float, float, float]:
     return figures["sound"], gain, -figures["device_seconds"]
 
 
-def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]],
-         workloads: Mapping[str, str], left_out: str) -> tuple[Setting, ...]:
-    """The combination with the best score over every workload but `left_out` (`workloads`:
-    each table's workload). A workload's score is the mean over its tables, so a workload
-    recorded at three sizes weighs as much as one recorded once; the workloads' scores
-    are summed. Ties: the first in the order the combinations were given.
+def totals(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]],
+           workloads: Mapping[str, str], left_out: str
+           ) -> dict[tuple[Setting, ...], tuple[float, ...]]:
+    """Each combination's score over every workload but `left_out` (`workloads`: each
+    table's workload), in the order the combinations were given. A workload's score is
+    the mean over its tables, so a workload recorded at three sizes weighs as much as one
+    recorded once; the workloads' scores are summed, column by column (`score`).
 
     Raises:
         ValueError: every table belongs to `left_out`, so nothing is left to choose on.
@@ -117,7 +120,24 @@ def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]],
             means.append([sum(column) / len(rows) for column in zip(*rows, strict=True)])
         return tuple(sum(column) for column in zip(*means, strict=True))
 
-    return max(scores, key=total)
+    return {combo: total(combo) for combo in scores}
+
+
+def pick(scores: dict[tuple[Setting, ...], dict[str, tuple[float, ...]]],
+         workloads: Mapping[str, str], left_out: str) -> tuple[Setting, ...]:
+    """The combination with the best `totals` without `left_out`. Ties: the first in the
+    order the combinations were given.
+
+    Raises:
+        ValueError: every table belongs to `left_out`, so nothing is left to choose on.
+    """
+    found = totals(scores, workloads, left_out)
+    return max(found, key=found.__getitem__)
+
+
+def label(combo: tuple[Setting, ...]) -> str:
+    """A combination as `--tune` spells it: `module:ATTRIBUTE=value`, joined by spaces."""
+    return " ".join(f"{m}:{a}={json.dumps(v)}" for m, a, v in combo)
 
 
 def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: str,
@@ -144,7 +164,7 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
         defaults, best = outcome.truths(table)
         worth = outcome.worth_having(table)
         workload = workloads[path.name]
-        chosen = pick(scores, workloads, workload)
+        chosen, margins = pick(scores, workloads, workload), totals(scores, workloads, workload)
         left = figures_at(runner.answers(path, sampler, report, budget, settings=chosen),
                           budget, best, defaults, worth)
         shipped = figures_at(runner.answers(path, sampler, report, budget), budget, best,
@@ -154,7 +174,9 @@ def run(tables: list[Path], tunes: list[list[Setting]], budget: int, sampler: st
         out.append({"table": path.name, "workload": workload,
                     "pick": {f"{m}:{a}": v for m, a, v in chosen},
                     "left_out": left, "shipped": shipped, "oracle": limit,
-                    "of_oracle": outcome.of_oracle(left, limit)})
+                    "of_oracle": outcome.of_oracle(left, limit),
+                    "scores": {label(c): [round(x, 3) for x in t]
+                               for c, t in margins.items()}})
     return out
 
 
@@ -212,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"--trials {args.budget}, sampler {args.sampler}, then the default confirmation")
     for row in found:
         print(f"{row['table']} ({row['workload']}): pick {row['pick']}")
+        for combo, total in row["scores"].items():
+            print(f"  on the others: {combo}: sound {total[0]:.2f}, gain {total[1]:.2f}, "
+                  f"{-total[2]:.1f} s")
         for name in ("left_out", "shipped", "oracle"):
             print(_line(name, row[name]))
         served = row["left_out"].get("served") or {}

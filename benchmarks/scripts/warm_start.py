@@ -52,13 +52,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLES = ROOT / "benchmarks/tables"
 #: (sibling, new study): the same workload at two presets, then two workloads of a family
 PAIRS = (("lj-md-small.json.gz", "lj-md-tiny.json.gz"),
+         # two presets, but two kinds of CPU: tiny's optima use 512-bit vectors (AVX-512)
          ("norm-act-small.json", "norm-act-tiny.json.gz"),
          ("norm-act-small.json", "norm-residual-small.json.gz"),
          ("attention-small.json.gz", "transformer-small.json"),
          ("gated-mlp-small.json.gz", "mlp-dp-small.json"),
          ("norm-act-small-avx512.json.gz", "norm-act-batch-small.json.gz"),
          # one workload at two presets, both tables recorded on one machine (AVX2)
-         ("norm-act-small-avx2.json.gz", "norm-act-tiny-avx2.json.gz"))
+         ("norm-act-small-avx2.json.gz", "norm-act-tiny-avx2.json.gz"),
+         # and the same two presets on AVX-512 (tiny recorded and pinned there too)
+         ("norm-act-small-avx512.json.gz", "norm-act-tiny.json.gz"))
 SIBLING_TRIALS = 40
 REPORT_SEEDS = "1000-1019"
 
