@@ -259,10 +259,9 @@ SEPARATE_BY = 0.02
 #: the pessimistic end of its interval. 0: the estimate; 1: the end (LUCB's rule: the
 #: leader is told apart only once its own interval leaves no other target `SEPARATE_BY`
 #: faster). Half way, a leader confirmed on a few lucky processes is measured on until
-#: its interval narrows. Chosen leave one workload out from 0, 0.5 and 1 on 2026-11-29;
-#: run again on 2026-12-06 the other workloads pick 0, which is nowhere more often
-#: right left out and less often on two tables with a gain, so 0.5 stays (README,
-#: Search); read when used, so the benchmarks can set it.
+#: its interval narrows. Chosen leave one workload out from 0, 0.5 and 1 (on 2026-12-06
+#: with 20 choose seeds; 10 picked 0 by one seed: README, Search); read when used, so
+#: the benchmarks can set it.
 SEPARATE_AGAINST = 0.5
 
 
