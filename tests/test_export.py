@@ -173,7 +173,7 @@ def test_every_form_is_written_to_best_dot_its_name_by_default(db, tmp_path, mon
 
 @pytest.mark.parametrize(("confirmed", "first"), [
     (0.8, "recommended: trial 1, confirmed ×1.250 [1.250, 1.250] faster"),
-    (1.0, "recommended: XLA's defaults; no configuration was confirmed at least 1.0% faster"),
+    (1.0, "recommended: XLA's defaults; no configuration was confirmed at least 2.0% faster"),
 ])
 def test_best_says_what_it_recommends_in_one_line_above_its_table(db, confirmed, first):
     make_study(db, confirmed=confirmed)

@@ -137,13 +137,13 @@ def test_slower_in_fewer_than_min_processes_names_them_and_ranks_as_slower(
 
 
 @pytest.mark.parametrize(("high", "worth", "verdict"), [
-    (0.9899, True, "faster"),
-    (1 - MIN_GAIN, False, "less than 1.0% faster"),  # the bound itself is not below it
-    (0.995, False, "less than 1.0% faster"),  # faster, but by less than is worth applying
+    (0.9799, True, "faster"),
+    (1 - MIN_GAIN, False, "less than 2.0% faster"),  # the bound itself is not below it
+    (0.985, False, "less than 2.0% faster"),  # faster, but by less than is worth applying
 ])
 def test_a_gain_is_worth_applying_only_when_its_whole_interval_is_below_1_less_min_gain(
         high, worth, verdict):
-    est = estimate(0.98, 0.97, high)
+    est = estimate(0.96, 0.95, high)
     assert not est.includes_one and worth_applying(est) is worth
     c = Confirmation(1, {FAST: True}, est, runs=4, failures=0)
     assert (c.verdict(), c.worth_gain, c.recommendable) == (verdict, worth, worth)
@@ -371,7 +371,7 @@ def test_a_faster_configuration_that_broke_the_numerics_guard_is_never_recommend
 
 
 @pytest.mark.parametrize(("cands", "why"), [
-    ([0.9, 1.1, 1.0], "no configuration was confirmed at least 1.0% faster than XLA's "
+    ([0.9, 1.1, 1.0], "no configuration was confirmed at least 2.0% faster than XLA's "
                       "defaults (the best confirmed, trial 1: ×1.000"),
     ([1.2, 1.2, 1.2], "trial 1: ×0.833 [0.833, 0.833] slower"),
 ])
@@ -520,7 +520,7 @@ def test_the_reasons_read_exactly():
     gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
     assert recommend(gainless.runs).reason == (
-        "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
+        "no configuration was confirmed at least 2.0% faster than XLA's defaults (the best "
         "confirmed, trial 1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh "
         "processes): keep XLA's defaults")
 
@@ -577,7 +577,7 @@ def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
     confirmed(s, 1, {FAST: True}, 0.5, [1.2, 1.2, 1.2])
     assert confirmed_order(s.runs)[0][0].trial_number == 0
     assert recommend(s.runs).reason == (
-        "no configuration was confirmed at least 1.0% faster than XLA's defaults (the best "
+        "no configuration was confirmed at least 2.0% faster than XLA's defaults (the best "
         "confirmed, trial 1: ×0.833 [0.833, 0.833] slower in 3 processes): keep XLA's "
         "defaults")
 
@@ -1069,7 +1069,7 @@ def test_the_separate_contest_measures_a_confirmed_rival_until_it_is_told_apart(
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(s, 1, {FAST: True}, 0.8, [0.90, 0.91, 0.90, 0.91])  # the leader, 0.905
-    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.84, 0.97, 0.86, 0.98])  # confirmed, may be faster
+    confirmed(s, 2, {LEVEL: 1}, 0.8, [0.84, 0.96, 0.86, 0.965])  # confirmed, may be faster
     leader, rival = _targets(s)
     rival_conf = confirmation.confirmation(s.runs, rival)
     assert rival_conf is not None and rival_conf.recommendable
@@ -1078,7 +1078,7 @@ def test_the_separate_contest_measures_a_confirmed_rival_until_it_is_told_apart(
     assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is rival
     alone = Runs()
     alone.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
-    confirmed(alone, 1, {LEVEL: 1}, 0.8, [0.84, 0.97, 0.86, 0.98])  # wide, and no rival
+    confirmed(alone, 1, {LEVEL: 1}, 0.8, [0.84, 0.96, 0.86, 0.965])  # wide, and no rival
     assert confirmation.sequential_next(alone.runs, _targets(alone), cap=16) is None
     monkeypatch.setattr(confirmation, "SEPARATE_BY", 0.2)  # nothing can be 20% faster
     assert confirmation.sequential_next(s.runs, [leader, rival], cap=16) is None
@@ -1152,6 +1152,7 @@ def test_the_separate_contest_ranks_confirmed_configurations_by_their_estimate(m
 def test_the_projected_stop_gives_up_what_its_cap_cannot_confirm(monkeypatch):
     from autotune.results import confirmation
 
+    monkeypatch.setattr(confirmation, "MIN_GAIN", 0.01)  # the figures below are for 0.99
     estimate = RatioEstimate(0.95, 0.90, 1.00, 0.95, n_processes=4, n_pairs=4)
     # 4 processes x (log(1/0.95) / log(0.99/0.95))^2 = 6.19 to bring 1.00 under 0.99
     monkeypatch.setattr(confirmation, "CONFIRM_STOP", "cap")  # nothing given up early
@@ -1191,6 +1192,7 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
 def test_sequential_confirmation_under_the_projected_stop(monkeypatch):
     from autotune.results import confirmation
 
+    monkeypatch.setattr(confirmation, "MIN_GAIN", 0.01)  # "to go": to bring it under 0.99
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(s, 1, {FAST: True}, 0.8, [0.90, 1.06, 0.93, 1.02])  # 0.974, about 107 to go
@@ -1204,10 +1206,12 @@ def test_sequential_confirmation_under_the_projected_stop(monkeypatch):
     assert confirmation.sequential_next(s.runs, [none], cap=10**6) is None
 
 
-def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics():
+def test_sequential_confirmation_skips_what_shows_no_gain_or_broke_the_numerics(monkeypatch):
+    from autotune.results import confirmation as rules
     from autotune.results.confirmation import NOT_WORTH, sequential_next
 
     assert NOT_WORTH == 0.01
+    monkeypatch.setattr(rules, "MIN_GAIN", 0.01)  # NOT_WORTH is the floor, 0.99
     s = Runs()
     s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(s, 1, {FAST: True}, 0.8, [1.0, 1.0, 1.0, 1.0])  # no gain at all

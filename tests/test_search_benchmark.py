@@ -249,6 +249,40 @@ def test_the_truth_check_sets_a_tables_short_truth_beside_its_long_runs(tmp_path
     assert "not comparable: the table's runs on an unknown CPU" in text
 
 
+def test_the_interval_coverage_counts_draws_whose_interval_holds_the_truth(tmp_path, capsys):
+    """A program of 24 processes whose medians agree (0.9) while their steps scatter: from 8
+    processes on the shipped and processes-only intervals shrink to the truth; the
+    hierarchical one stays wide. A second program has 12 processes: drawn 4 at a time,
+    never 8 (a program needs three times N)."""
+    def run(ratio: float) -> dict:
+        steps = [0.8, 0.9, 1.0, 1.1, 1.2]
+        return {"status": "ok", "message": "", "baseline_step_times_s": steps,
+                "step_times_s": [ratio * x for x in steps]}
+
+    doc = {"schema_version": 1, "kind": "autotune-replay-table", "benchmark": "matmul",
+           "preset": "tiny", "devices": 1, "space": "benchmarks/tables/cpu-table.yaml",
+           "configurations": 2, "distinct": 2, "repeats": 24, "steps": 5,
+           "entries": [{"flags": {}, "runs": [run(0.9)] * 24, "program": "d"},
+                       {"flags": {LEVEL: 1}, "program": "p",
+                        "runs": [run(r) for r in (0.8, 1.0, 1.2) * 4]}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    coverage = script("interval_coverage")
+    coverage.main([str(path), "--processes", "4,8,9", "--draws", "3", "--json"])
+    [table] = json.loads(capsys.readouterr().out)["tables"]
+    assert table["steps"] == 5
+    [four, eight, nine] = table["rows"]
+    assert (four["processes"], four["draws"], eight["draws"]) == (4, 6, 3)
+    assert nine["draws"] == 0 and nine["shipped"] is None  # 24 < 3 x 9 processes
+    assert eight["processes_only"]["width"] == pytest.approx(0.0, abs=1e-9)  # agreeing
+    assert eight["shipped"] == eight["processes_only"]  # from 8 on: processes only
+    assert eight["hierarchical"]["width"] > 0.05 and eight["hierarchical"]["covered"] == 1
+    coverage.main([str(path), "--processes", "4", "--draws", "1"])
+    assert "t.json (5 steps per process): covered / width" in capsys.readouterr().out
+    from autotune.rules import stats
+    assert stats.STEPS_RESAMPLED_BELOW == 8  # restored after each method
+
+
 def test_a_constant_is_picked_on_the_other_tables_only():
     loo = script("leave_one_out")
     assert loo.parse_tune("autotune.results.evidence:BACKED_BY=2,3") == [

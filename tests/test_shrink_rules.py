@@ -80,7 +80,7 @@ def test_a_smaller_set_not_confirmed_on_its_own_gives_way_to_the_confirmed_progr
     state = shrink(runs, source, load_catalog(), repeats=1)
     assert state.done and state.minimal == {FAST: True, WIDTH: 512}
     assert [(r.flag, r.dropped) for r in state.removals] == [(FAST, False)]
-    assert state.note is not None and "not confirmed at least 1.0% faster" in state.note
+    assert state.note is not None and "not confirmed at least 2.0% faster" in state.note
     assert state.check is None  # the figures stay the confirmed configuration's
 
 
@@ -237,7 +237,7 @@ def test_a_failed_check_keeps_what_step_two_dropped_but_not_what_the_program_sho
     assert [(r.flag, r.value, r.effect, r.dropped) for r in state.removals] == [
         (REGION, True, Effect.NO_PROGRAM_CHANGE, True), (FAST, True, Effect.NOT_SLOWER, False)]
     assert state.removals[1].estimate is not None
-    assert state.note == ("the smaller set was not confirmed at least 1.0% faster than XLA's "
+    assert state.note == ("the smaller set was not confirmed at least 2.0% faster than XLA's "
                           "defaults on its own: the flags whose removal did not measurably slow "
                           "it stay")
 

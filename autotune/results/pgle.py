@@ -3,7 +3,7 @@
 Each run is one fresh process that timed, in alternation, the configuration
 (the reference) and its PGLE candidate (`autotune.child.pgle_phase`); the
 runs are combined like any confirmation (`autotune.rules.stats.paired_ratio`: the
-median of the per-process log ratios, a hierarchical bootstrap interval) and
+median of the per-process log ratios, a bootstrap interval over processes) and
 judged by the same rule (`autotune.results.confirmation.Confirmation`): the
 profile is worth keeping only when the whole interval lies on the faster side
 and every run passed the numerics guard. A candidate that compiled to the
