@@ -383,6 +383,30 @@ def test_a_runner_runs_each_study_once_and_a_shipped_value_counts_as_unset(monke
     assert ran[-1][4] == tuple(other) and len(ran) == 4
 
 
+def test_the_oracle_is_judged_by_the_rules_of_the_value_it_bounds(monkeypatch):
+    """The oracle of a left-out table recommends by the pick's constants (here a least gain
+    of 5%), not by those the code ships; they are restored after it."""
+    from autotune.results import confirmation
+
+    loo, replay = script("leave_one_out"), script("replay_study")
+    seen, real = [], loo.outcome.oracle
+
+    def spy(*args, **kwargs):
+        seen.append(confirmation.MIN_GAIN)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loo.outcome, "oracle", spy)
+    runner = replay.Runner(jobs=1)
+    try:
+        rows = loo.run([NORM_ACT, ROOT / "benchmarks/tables/mlp-dp-small.json"],
+                       [[("autotune.results.confirmation", "MIN_GAIN", 0.05)]], 10, "auto",
+                       [0], [1000], runner)
+    finally:
+        runner.close()
+    assert seen == [0.05, 0.05] and len(rows) == 2
+    assert confirmation.MIN_GAIN == 0.02
+
+
 @pytest.mark.slow
 def test_leave_one_out_reports_each_table_with_a_pick_made_without_it():
     import subprocess
