@@ -370,10 +370,11 @@ def test_defaults_are_seed_0_and_2000_resamples():
     assert step_stats(many) != step_stats(many, seed=1)
 
 
+@pytest.mark.parametrize("copies", [1, 2])  # 5 processes a side, and 10 (processes only)
 @pytest.mark.parametrize("varied", ["candidate", "baseline"])
-def test_the_unpaired_interval_reflects_the_spread_of_either_sides_processes(varied):
-    spread_runs = [[m] * 5 for m in (0.8, 0.9, 1.0, 1.1, 1.2)]
-    steady = [[1.0] * 5] * 5
+def test_the_unpaired_interval_reflects_the_spread_of_either_sides_processes(varied, copies):
+    spread_runs = [[m] * 5 for m in (0.8, 0.9, 1.0, 1.1, 1.2)] * copies
+    steady = [[1.0] * 5] * 5 * copies
     cand, base = (spread_runs, steady) if varied == "candidate" else (steady, spread_runs)
     est = unpaired_ratio(cand, base)
     assert est.ratio == pytest.approx(1.0)
