@@ -383,6 +383,23 @@ def test_a_runner_runs_each_study_once_and_a_shipped_value_counts_as_unset(monke
     assert ran[-1][4] == tuple(other) and len(ran) == 4
 
 
+def test_the_remembered_ratios_answer_anew_when_a_job_sets_a_stats_constant():
+    """`memoised_ratios` keys on `stats`' constants: 8 agreeing processes have a point for
+    an interval, and with `STEPS_RESAMPLED_BELOW` set past 8 a wide one, not the one
+    remembered."""
+    from autotune.rules import stats
+
+    replay = script("replay_study")
+    replay.memoised_ratios()
+    steps = [0.8, 0.9, 1.0, 1.1, 1.2]
+    cand, base = [[0.9 * x for x in steps]] * 8, [steps] * 8
+    narrow = stats.paired_ratio(cand, base)
+    with replay.patched([("autotune.rules.stats", "STEPS_RESAMPLED_BELOW", 9)]):
+        wide = stats.paired_ratio(cand, base)
+    assert narrow.high - narrow.low < 1e-9 < wide.high - wide.low - 0.05
+    assert stats.paired_ratio(cand, base) == narrow
+
+
 def test_the_oracle_is_judged_by_the_rules_of_the_value_it_bounds(monkeypatch):
     """The oracle of a left-out table recommends by the pick's constants (here a least gain
     of 5%), not by those the code ships; they are restored after it."""

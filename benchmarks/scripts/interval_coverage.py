@@ -33,31 +33,22 @@ import math
 import random
 import statistics
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_study import committed_tables, loaded  # noqa: E402  (sibling script)
+from replay_study import committed_tables, loaded, patched  # noqa: E402  (sibling script)
 
 METHODS = {"shipped": None, "hierarchical": 10**9, "processes_only": 2}
 #: the bootstrap's resamples per interval (the study's 2000 would take 4 times as long)
 N_BOOT = 500
 
 
-@contextmanager
-def steps_resampled_below(value: int | None) -> Iterator[None]:
+def steps_resampled_below(value: int | None) -> Any:
     """`stats.STEPS_RESAMPLED_BELOW` set to `value` inside the block (None: as shipped)."""
-    from autotune.rules import stats
-
-    saved = stats.STEPS_RESAMPLED_BELOW
-    if value is not None:
-        stats.STEPS_RESAMPLED_BELOW = value
-    try:
-        yield
-    finally:
-        stats.STEPS_RESAMPLED_BELOW = saved
+    return patched([] if value is None else
+                   [("autotune.rules.stats", "STEPS_RESAMPLED_BELOW", value)])
 
 
 def program_runs(table: Any) -> list[tuple[float, list[Mapping[str, Any]]]]:

@@ -301,7 +301,8 @@ def memoised_ratios() -> None:
     sequential confirmation asks it again, each round, for every target whose processes
     did not change: a real study pays milliseconds for that beside processes of seconds,
     a replayed one most of its time. The answers are the same; only the time changes.
-    The remembered answer is keyed by `stats.STEPS_RESAMPLED_BELOW` too, which jobs set.
+    The remembered answer is keyed by `stats`' numeric constants too (a job may set one,
+    e.g. `STEPS_RESAMPLED_BELOW`).
     """
     import importlib
 
@@ -314,14 +315,16 @@ def memoised_ratios() -> None:
     @lru_cache(maxsize=4096)
     def remembered(candidate: tuple[tuple[float, ...], ...],
                    baseline: tuple[tuple[float, ...], ...], options: tuple[Any, ...],
-                   steps_below: int) -> Any:
+                   constants: tuple[Any, ...]) -> Any:
         return original(candidate, baseline, **dict(options))
 
     def paired_ratio(candidate: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]],
                      **options: Any) -> Any:
-        # the answer depends on the setting too (a tuned constant a job may patch)
+        # the answer depends on the module's constants too, which a job may patch
+        constants = tuple((k, v) for k, v in vars(stats).items()
+                          if k.isupper() and isinstance(v, int | float))
         return remembered(tuple(map(tuple, candidate)), tuple(map(tuple, baseline)),
-                          tuple(sorted(options.items())), stats.STEPS_RESAMPLED_BELOW)
+                          tuple(sorted(options.items())), constants)
 
     paired_ratio.memoised = True  # type: ignore[attr-defined]
     for name in ("autotune.rules.stats", "autotune.results.confirmation",
