@@ -81,14 +81,43 @@ def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: 
         assert _key(dict(runs[0].flags)) == _key(dict(donor.flags))  # first, before sampling
         record = store.get_study("new")
         assert record.plan is not None
-        assert [(d["study"], d["trial"]) for d in record.plan[PLAN_WARM]] == [
-            (donor.study_name, donor.trial_number)]
+        drawn = [(d["study"], d["trial"]) for d in record.plan[PLAN_WARM]]
+        assert drawn[0] == (donor.study_name, donor.trial_number)
+        assert drawn[1:] == _runners_up(store, donor)[:len(drawn) - 1] and len(drawn) > 1
+        assert [_key(dict(r.flags)) for r in runs[:len(drawn)]] == [  # all before sampling
+            d["key"] for d in record.plan[PLAN_WARM]]
         notes = [n.text for n in study_notes(record, store.runs("new"), []) if
                  n.kind == "warm_start"]
         assert notes and f"'{donor.study_name}' trial {donor.trial_number}" in notes[0]
         cold = _runner(store, "cold", 4, 99, warm_start=False)
         cold.run()
         assert cold.warm_start() == [] and PLAN_WARM not in (store.get_study("cold").plan or {})
+
+
+def _runners_up(store: Store, donor: RunRecord) -> list[tuple[str, int | None]]:
+    """(study, trial) of the configurations other than `donor` that its study's
+    confirmation measured faster than the defaults, in its confirmed order."""
+    found = []
+    for run, conf in confirmed_order(store.runs(donor.study_name)):
+        if conf is None:
+            break
+        if conf.estimate is not None and conf.estimate.ratio < 1.0 and not conf.same_program \
+                and not conf.numerics_failures and run.trial_number != donor.trial_number:
+            found.append((run.study_name, run.trial_number))
+    return found
+
+
+def test_a_sibling_lends_only_its_recommendation_when_it_lends_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import autotune.study.warm as warm
+
+    monkeypatch.setattr(warm, "LEND_EACH", 1)
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        donor = _sibling(store)
+        runner = _runner(store, "new", 4, 99)
+        runner.run()
+        assert [(w.study, w.trial, w.confirmed) for w in runner.warm_start()] == [
+            (donor.study_name, donor.trial_number, True)]
 
 
 def _unconfirmed_sibling(store: Store) -> RunRecord:
@@ -117,8 +146,10 @@ def test_a_sibling_that_confirmed_nothing_lends_its_leader_after_confirmed_ones(
         leader = _unconfirmed_sibling(store)
         runner = _runner(store, "new", 4, 99)
         runner.run()
-        assert [(w.study, w.trial, w.confirmed) for w in runner.warm_start()] == [
-            (leader.study_name, leader.trial_number, False)]
+        lent = [(w.study, w.trial) for w in runner.warm_start()]
+        assert lent[0] == (leader.study_name, leader.trial_number)
+        assert lent[1:] == _runners_up(store, leader)[:len(lent) - 1]
+        assert not any(w.confirmed for w in runner.warm_start())
         runs = [r for r in store.runs("new") if r.role is Role.SEARCH]
         assert _key(dict(runs[0].flags)) == _key(dict(leader.flags))  # first, before sampling
         record = store.get_study("new")

@@ -2,11 +2,13 @@
 
 Once a study's baseline is measured (and its space fitted), `warm_configs` looks
 in its database for earlier studies measured on the same backend and device kind
-that recommend a confirmed configuration (`results.ranking.recommend`; the
-minimal set that shrinking kept, where it did). They are ranked by how alike
-their workloads are (`likeness`: the baselines' compiled programs, op counts and
-collectives, and the workload, preset and device count), and the configurations
-of the `WARM_FROM` most alike are mapped onto this study's space
+and what each lends (`_lent`): the configuration it recommends
+(`results.ranking.recommend`; the minimal set that shrinking kept, where it
+did), or its unconfirmed leader, and then its runners-up, up to `LEND_EACH`.
+They are ranked by how alike their workloads are (`likeness`: the baselines'
+compiled programs, op counts and collectives, and the workload, preset and
+device count), and at most `WARM_FROM` configurations, each study's first
+before any study's second, are mapped onto this study's space
 (`Space.params_for`: their flags this space has, at values it takes) and queued
 as the first search trials, before anything is sampled (`Search`). A warm start
 never skips confirmation: the queued trials are measured, raced and confirmed
@@ -32,6 +34,7 @@ from typing import Any
 
 from autotune.flags.compose import config_key, effective_config
 from autotune.ground.records import FlagValue, Role, RunRecord, StudyRecord
+from autotune.results.confirmation import Confirmation
 from autotune.results.evidence import pooled
 from autotune.results.ranking import Order, main_runs, ordered, recommend, within_budget
 from autotune.results.shrink import shrink
@@ -40,6 +43,13 @@ from autotune.spaces import Space
 
 #: How many earlier studies a warm start draws from, the most alike first.
 WARM_FROM = 3
+
+#: How many configurations each earlier study lends a warm start (`_lent`): the one it
+#: recommends (or its unconfirmed leader), then the next its confirmation measured faster
+#: than XLA's defaults. A sibling's best is often not the new workload's, while one of its
+#: runners-up is (README, Warm start: 3 against 1, chosen on two pairs of siblings and
+#: borne out on the other six). Read when used, so the benchmarks can set it.
+LEND_EACH = 3
 
 
 @dataclass(frozen=True)
@@ -79,22 +89,22 @@ class PriorTrial:
 
 def warm_configs(donors: list[Donor], space: Space, catalog: Any) -> list[WarmConfig]:
     """The configurations a study starts its search with, from its `donors` (`donors`):
-    one per earlier study, the most alike first: the configuration it confirmed, or, where
-    it confirmed none, its leader (`_unconfirmed_leader`); every confirmed one before any
-    leader, each distinct and other than XLA's defaults, at most `WARM_FROM`."""
-    found: list[WarmConfig] = []
+    up to `LEND_EACH` per earlier study (`_lent`), every one confirmed worth applying
+    there before any other, and within each, every study's first before any study's
+    second, the most alike first; each distinct and other than XLA's defaults, at most
+    `WARM_FROM`."""
+    rounds: list[list[WarmConfig]] = []
     for donor in donors:
-        lent = _lent(donor, catalog)
-        if lent is None:
-            continue
-        trial, flags, confirmed = lent
-        params = mapped_params(flags, space, catalog)
-        if params is not None:
-            found.append(WarmConfig(donor.record.name, trial, donor.likeness, *params,
-                                    confirmed=confirmed))
-    found.sort(key=lambda warm: not warm.confirmed)  # stable: by likeness within each
+        for i, (trial, flags, confirmed) in enumerate(_lent(donor, catalog)[:LEND_EACH]):
+            params = mapped_params(flags, space, catalog)
+            if params is not None:
+                while len(rounds) <= i:
+                    rounds.append([])
+                rounds[i].append(WarmConfig(donor.record.name, trial, donor.likeness,
+                                            *params, confirmed=confirmed))
+    queued = sorted((w for each in rounds for w in each), key=lambda warm: not warm.confirmed)
     distinct: dict[str, WarmConfig] = {}
-    for warm in found:
+    for warm in queued:  # the sort is stable: by round, then likeness
         distinct.setdefault(warm.key, warm)
     return list(distinct.values())[:WARM_FROM]
 
@@ -185,38 +195,41 @@ def donors(store: Any, study: StudyRecord, runs: list[RunRecord]) -> list[Donor]
     return sorted(found, key=lambda d: (-d.likeness, d.record.name))
 
 
-def _lent(donor: Donor, catalog: Any
-          ) -> tuple[int | None, dict[str, FlagValue], bool] | None:
-    """What an earlier study lends a warm start: (its trial, the flags, True) for the
-    configuration it recommends (the minimal set where shrinking kept one), else (its
-    trial, the flags, False) for its `_unconfirmed_leader` where it minimises time alone,
-    else None. Its order is computed once for both."""
+def _lent(donor: Donor, catalog: Any) -> list[tuple[int | None, dict[str, FlagValue], bool]]:
+    """What an earlier study lends a warm start, best first, as (its trial, the flags,
+    confirmed worth applying there): the configuration it recommends (the minimal set
+    where shrinking kept one), then its other configurations measured faster than XLA's
+    defaults in confirmation (`_faster_confirmed`). A study that recommends none lends
+    those only where it minimises time alone; its first is its unconfirmed leader. Its
+    order is computed once."""
     record, kept = donor.record, donor.runs
     order = ordered(main_runs(kept), record.objectives, record.memory_budget_bytes)
     rec = recommend(kept, record.objectives, record.memory_budget_bytes, order=order)
+    faster = [(run.trial_number, dict(run.flags), conf.recommendable)
+              for run, conf in _faster_confirmed(order) if run is not rec.run]
     if rec.recommended and rec.run is not None:
         state = shrink(kept, rec.run, study_catalog(catalog, record))
-        return rec.run.trial_number, dict(state.minimal if state is not None and state.done
-                                          else rec.run.flags), True
-    leader = _unconfirmed_leader(order) if tuple(record.objectives) == ("time",) else None
-    return None if leader is None else (leader.trial_number, dict(leader.flags), False)
+        return [(rec.run.trial_number, dict(state.minimal if state is not None and state.done
+                                            else rec.run.flags), True), *faster]
+    return faster if tuple(record.objectives) == ("time",) else []
 
 
-def _unconfirmed_leader(order: Order) -> RunRecord | None:
-    """What a study that confirmed nothing measured fastest, from its `confirmed_order`:
-    the first configuration whose confirmation's point estimate is faster than XLA's
-    defaults (a gain it could not confirm as worth applying), compiled to a program of
-    its own, its numerics sound; None where there is none. Queued by a warm start it is
-    measured and confirmed like any other: a gain a noisy sibling could not confirm may
-    be confirmed on the new workload."""
+def _faster_confirmed(order: Order) -> list[tuple[RunRecord, Confirmation]]:
+    """The configurations a study's confirmation measured faster than XLA's defaults, in
+    its `confirmed_order`, with their confirmations: each whose point estimate is below
+    1.0 (confirmed worth applying or not), compiled to a program of its own, its numerics
+    sound. Queued by a warm start each is measured and confirmed like any other: a gain a
+    noisy sibling could not confirm, or that was not its best, may be confirmed on the
+    new workload."""
+    found = []
     for run, conf in order:
         if conf is None:  # the rest were not confirmed
-            return None
+            break
         estimate = conf.estimate
         if (estimate is not None and estimate.ratio < 1.0 and not conf.same_program
                 and not conf.numerics_failures):
-            return run
-    return None
+            found.append((run, conf))
+    return found
 
 
 def _baseline(runs: list[RunRecord]) -> RunRecord | None:
