@@ -120,6 +120,20 @@ def test_a_sibling_lends_only_its_recommendation_when_it_lends_one(
             (donor.study_name, donor.trial_number, True)]
 
 
+def test_a_sibling_that_weighs_memory_too_lends_no_runners_up(tmp_path: Path):
+    """Runners-up are lent for being faster: a study that also minimises memory ranks
+    otherwise, so it lends at most what it recommends."""
+    from autotune.study.warm import Donor, _lent
+
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        donor = _sibling(store)
+        record = store.get_study(donor.study_name)
+        runs = store.runs(donor.study_name)
+        assert len(_lent(Donor(record, runs, 3.0), CATALOG)) > 1
+        both = replace(record, objectives=("time", "memory"))
+        assert len(_lent(Donor(both, runs, 3.0), CATALOG)) <= 1
+
+
 def _unconfirmed_sibling(store: Store) -> RunRecord:
     """A searched sibling whose confirmation confirmed nothing (a cap of 4 processes) but
     measured a configuration faster than the defaults: its leader."""

@@ -93,18 +93,16 @@ def warm_configs(donors: list[Donor], space: Space, catalog: Any) -> list[WarmCo
     there before any other, and within each, every study's first before any study's
     second, the most alike first; each distinct and other than XLA's defaults, at most
     `WARM_FROM`."""
-    rounds: list[list[WarmConfig]] = []
+    found: list[tuple[int, WarmConfig]] = []  # (its place in what its study lends, it)
     for donor in donors:
-        for i, (trial, flags, confirmed) in enumerate(_lent(donor, catalog)[:LEND_EACH]):
+        for place, (trial, flags, confirmed) in enumerate(_lent(donor, catalog)[:LEND_EACH]):
             params = mapped_params(flags, space, catalog)
             if params is not None:
-                while len(rounds) <= i:
-                    rounds.append([])
-                rounds[i].append(WarmConfig(donor.record.name, trial, donor.likeness,
-                                            *params, confirmed=confirmed))
-    queued = sorted((w for each in rounds for w in each), key=lambda warm: not warm.confirmed)
+                found.append((place, WarmConfig(donor.record.name, trial, donor.likeness,
+                                                *params, confirmed=confirmed)))
+    found.sort(key=lambda lent: (not lent[1].confirmed, lent[0]))  # stable: by likeness
     distinct: dict[str, WarmConfig] = {}
-    for warm in queued:  # the sort is stable: by round, then likeness
+    for _, warm in found:
         distinct.setdefault(warm.key, warm)
     return list(distinct.values())[:WARM_FROM]
 
@@ -199,19 +197,21 @@ def _lent(donor: Donor, catalog: Any) -> list[tuple[int | None, dict[str, FlagVa
     """What an earlier study lends a warm start, best first, as (its trial, the flags,
     confirmed worth applying there): the configuration it recommends (the minimal set
     where shrinking kept one), then its other configurations measured faster than XLA's
-    defaults in confirmation (`_faster_confirmed`). A study that recommends none lends
-    those only where it minimises time alone; its first is its unconfirmed leader. Its
-    order is computed once."""
+    defaults in confirmation (`_faster_confirmed`), these only where it minimises time
+    alone (faster is then better); from a study that recommends none, its first is its
+    unconfirmed leader. Its order is computed once."""
     record, kept = donor.record, donor.runs
     order = ordered(main_runs(kept), record.objectives, record.memory_budget_bytes)
     rec = recommend(kept, record.objectives, record.memory_budget_bytes, order=order)
+    timed_only = tuple(record.objectives) == ("time",)
     faster = [(run.trial_number, dict(run.flags), conf.recommendable)
-              for run, conf in _faster_confirmed(order) if run is not rec.run]
+              for run, conf in _faster_confirmed(order) if run is not rec.run] \
+        if timed_only else []
     if rec.recommended and rec.run is not None:
         state = shrink(kept, rec.run, study_catalog(catalog, record))
         return [(rec.run.trial_number, dict(state.minimal if state is not None and state.done
                                             else rec.run.flags), True), *faster]
-    return faster if tuple(record.objectives) == ("time",) else []
+    return faster
 
 
 def _faster_confirmed(order: Order) -> list[tuple[RunRecord, Confirmation]]:
