@@ -94,17 +94,25 @@ def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: 
         assert cold.warm_start() == [] and PLAN_WARM not in (store.get_study("cold").plan or {})
 
 
-def _runners_up(store: Store, donor: RunRecord) -> list[tuple[str, int | None]]:
-    """(study, trial) of the configurations other than `donor` that its study's
-    confirmation measured faster than the defaults, in its confirmed order."""
+def _measured_faster(store: Store, study: str) -> list[RunRecord]:
+    """The runs of `study` whose confirmation measured them faster than the defaults (own
+    program, numerics sound), in its confirmed order: what a warm start may lend."""
     found = []
-    for run, conf in confirmed_order(store.runs(donor.study_name)):
+    for run, conf in confirmed_order(store.runs(study)):
         if conf is None:
             break
         if conf.estimate is not None and conf.estimate.ratio < 1.0 and not conf.same_program \
-                and not conf.numerics_failures and run.trial_number != donor.trial_number:
-            found.append((run.study_name, run.trial_number))
+                and not conf.numerics_failures:
+            found.append(run)
     return found
+
+
+def _runners_up(store: Store, donor: RunRecord) -> list[tuple[str, int | None]]:
+    """(study, trial) of the configurations other than `donor` that its study's
+    confirmation measured faster than the defaults, in its confirmed order."""
+    return [(run.study_name, run.trial_number)
+            for run in _measured_faster(store, donor.study_name)
+            if run.trial_number != donor.trial_number]
 
 
 def test_a_sibling_lends_only_its_recommendation_when_it_lends_one(
@@ -142,14 +150,9 @@ def _unconfirmed_sibling(store: Store) -> RunRecord:
         runner = _runner(store, name, 30, seed)
         runner.run()
         runner.confirm(3, 2, cap=4)
-        runs = store.runs(name)
-        if not recommend(runs).recommended:
-            for run, conf in confirmed_order(runs):
-                if conf is None:
-                    break
-                if conf.estimate is not None and conf.estimate.ratio < 1.0 \
-                        and not conf.same_program and not conf.numerics_failures:
-                    return run
+        if not recommend(store.runs(name)).recommended and (
+                faster := _measured_faster(store, name)):
+            return faster[0]
         store.delete_study(name)
     raise AssertionError("no seed of 40 left norm-act's leader unconfirmed")
 

@@ -41,7 +41,8 @@ from autotune.results.shrink import shrink
 from autotune.results.study_results import study_catalog
 from autotune.spaces import Space
 
-#: How many earlier studies a warm start draws from, the most alike first.
+#: How many earlier studies a warm start draws from, the most alike first, and the most
+#: configurations it queues (`warm_configs`).
 WARM_FROM = 3
 
 #: How many configurations each earlier study lends a warm start (`_lent`): the one it
