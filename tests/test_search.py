@@ -614,7 +614,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
     result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     doc = json.loads(result.stdout)
-    assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 2, 32]
+    assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 2, 48]
     assert doc["fresh"] is False
     [table] = doc["tables"]
     assert set(table["oracle"]) == {"10", "20"}

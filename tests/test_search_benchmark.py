@@ -139,10 +139,10 @@ def test_a_methods_figures_are_fractions_of_the_oracles():
 def test_the_oracles_confirmation_share_follows_the_cap_a_setting_gives():
     study = script("replay_study")
     assert study.confirm_budget() == max(study.CONFIRM_TOP * study.CONFIRM_REPEATS,
-                                         study.CONFIRM_MAX) == 32
-    assert study.confirm_budget([("replay_study", "CONFIRM_MAX", 48)]) == 48
+                                         study.CONFIRM_MAX) == 48
+    assert study.confirm_budget([("replay_study", "CONFIRM_MAX", 32)]) == 32
     assert study.confirm_budget([("replay_study", "CONFIRM_MAX", 0)]) == 6  # the rounds
-    assert study.confirm_budget([("autotune.results.confirmation", "CONFIRM_MAX", 48)]) == 32
+    assert study.confirm_budget([("autotune.results.confirmation", "CONFIRM_MAX", 64)]) == 48
 
 
 def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation():

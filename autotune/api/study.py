@@ -47,7 +47,7 @@ class Study:
                preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
                max_warmup: int = 30, settle_tolerance: float = 0.05, mode: str = "paired",
                drop_unknown: bool = False, allow_backend_mismatch: bool = False,
-               confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 32,
+               confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 48,
                confirm_steps: int | None = None,
                prune_margin: float | None = 1.3, shrink: bool = True,
                warm_start: bool = True, priority: int = 0,

@@ -21,6 +21,7 @@ from autotune.cli._common import (
     print_json,
     say,
 )
+from autotune.results.confirmation import CONFIRM_MAX
 from autotune.study.options import PRESET_CHOICES
 
 
@@ -46,7 +47,7 @@ def audit(
     ] = 2,
     confirm_max: Annotated[int, typer.Option(
         min=0, help="At most this many processes for the whole set (0: no sequential "
-                    "confirmation).")] = 32,
+                    "confirmation).")] = CONFIRM_MAX,
     name: Annotated[str | None, typer.Option(
         help="The audit study's name (default audit-WORKLOAD-PRESET-Ndev-DIGEST).")] = None,
     output: Annotated[Path | None, typer.Option(

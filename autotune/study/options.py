@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.ground.errors import UsageError
 from autotune.ground.protocol import Job
-from autotune.results.confirmation import MIN_PROCESSES
+from autotune.results.confirmation import CONFIRM_MAX, MIN_PROCESSES
 
 #: Options a re-run may change (running more trials continues the study), or that are
 #: recorded otherwise: the study's columns, the files' hashes, sizes in bytes, the command's
@@ -130,7 +130,7 @@ class StudyOptions(Options):
     confirm_repeats: int = Field(2, ge=2, description=(
         "Fresh processes per confirmed configuration, before sequential confirmation "
         "(shrinking and PGLE take at least 4)."))
-    confirm_max: int = Field(32, ge=0, description=(
+    confirm_max: int = Field(CONFIRM_MAX, ge=0, description=(
         "Then measure the leader once more at a time until its interval excludes 1.0, "
         "shows no gain, or it has this many processes (0: no sequential confirmation; "
         f"nothing is recommended on fewer than {MIN_PROCESSES} processes)."))
@@ -210,7 +210,7 @@ class AfterSearch:
     confirm_repeats: int = 2
     shrink: bool = True
     pgle: int = 0
-    confirm_max: int = 32
+    confirm_max: int = CONFIRM_MAX
     confirm_steps: int | None = None
 
     @property

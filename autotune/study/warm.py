@@ -64,7 +64,8 @@ class WarmConfig:
     likeness: float
     params: dict[str, Any]
     key: str
-    #: False: the study's leader, measured faster but not confirmed (`_unconfirmed_leader`)
+    #: False: measured faster than the defaults there but not confirmed worth applying
+    #: (the study's unconfirmed leader, or a runner-up: `_faster_confirmed`)
     confirmed: bool = True
 
     def to_json(self) -> dict[str, Any]:

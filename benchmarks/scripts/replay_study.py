@@ -26,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from autotune.launch.launcher import Launcher
+from autotune.study.options import AfterSearch
 
 ROOT = Path(__file__).resolve().parents[2]
-#: what `autotune study` confirms by default: the best 3, 2 fresh processes each, then
-#: sequentially up to 32 processes per configuration (`--confirm-max`)
-CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = 3, 2, 32
+#: what `autotune study` confirms by default (`AfterSearch`'s defaults): the best 3, 2
+#: fresh processes each, then sequentially up to 48 processes per configuration
+#: (`--confirm-max`)
+CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = (AfterSearch.confirm, AfterSearch.confirm_repeats,
+                                             AfterSearch.confirm_max)
 #: timed steps of each confirmation process (`--confirm-steps`); None: the search's, which
 #: here are the table's own (`meta["steps"]`). More are served from the table's runs of
 #: confirmation length (`record_table.py --long-for`), else from its runs joined end to end
