@@ -200,6 +200,16 @@ def test_a_worker_waits_for_the_fit_another_process_is_computing(tmp_path):
     holder = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     here = environment_key()  # one environment: one claim of the fit between them
     _, claim = holder.claim("s", here, FIT_KEY, Role.FINGERPRINT, {}, None, ("elsewhere", 1))
+    assert claim is not None
+    # the holder beats as a live worker does, so a slow machine cannot make it look dead
+    released = threading.Event()
+
+    def beat_until_released() -> None:
+        while not released.wait(1):
+            holder.beat(claim.id)
+
+    beating = threading.Thread(target=beat_until_released)
+    beating.start()
     launcher = Profiled()
     worker = runner(tmp_path, launcher, trials=4)
     got: list[SpaceFit | None] = []
@@ -208,8 +218,10 @@ def test_a_worker_waits_for_the_fit_another_process_is_computing(tmp_path):
     time.sleep(2.5)
     assert got == [] and waiting.is_alive()  # the holder's heartbeat is fresh: it waits
     stored = SpaceFit(skipped="fitted by the other process")
-    assert claim is not None and holder.save_fit("s", stored.to_json())
+    assert holder.save_fit("s", stored.to_json())
     holder.release(claim.id, ClaimState.DONE)
+    released.set()
+    beating.join(timeout=30)
     waiting.join(timeout=30)
     assert got == [stored] and launcher.compile_only() == []
     assert worker.space is worker.plan.space
