@@ -212,11 +212,12 @@ class Confirmations:
 
 
 #: Sequential confirmation's cap: the most processes a configuration is measured in
-#: (`--confirm-max`, and `autotune audit`'s for a flag set). About 4.5% noise a process
-#: leaves a 95% interval of a 3.4% gain reaching 2% at 32 processes; chosen leave one
-#: workload out from 32, 48 and 64 (2026-12-06, README Search: eighteen of nineteen tables
-#: left out get 48, conv 64), after 32 had been chosen under intervals that resampled the
-#: steps too.
+#: (`--confirm-max`, and `autotune audit`'s for a flag set). At about 4.5% noise a
+#: process, the 95% interval of a 3.4% gain still reaches 0.98 (a gain under `MIN_GAIN`)
+#: at 32 processes. Chosen leave one workload out from 32, 48 and 64 (2026-12-06, README
+#: Search: eighteen of nineteen tables left out get 48, conv 64), after 32 had been chosen
+#: under intervals that resampled the steps too. Read once, as the options' default: the
+#: benchmarks set `replay_study.CONFIRM_MAX` instead.
 CONFIRM_MAX = 48
 
 #: Sequential confirmation stops measuring a configuration whose interval allows at most

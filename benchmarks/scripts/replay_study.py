@@ -31,7 +31,8 @@ from autotune.study.options import AfterSearch
 ROOT = Path(__file__).resolve().parents[2]
 #: what `autotune study` confirms by default (`AfterSearch`'s defaults): the best 3, 2
 #: fresh processes each, then sequentially up to 48 processes per configuration
-#: (`--confirm-max`)
+#: (`--confirm-max`). A benchmark tunes the cap here (`replay_study:CONFIRM_MAX=...`):
+#: `autotune.results.confirmation.CONFIRM_MAX` is read once, as the options' default
 CONFIRM_TOP, CONFIRM_REPEATS, CONFIRM_MAX = (AfterSearch.confirm, AfterSearch.confirm_repeats,
                                              AfterSearch.confirm_max)
 #: timed steps of each confirmation process (`--confirm-steps`); None: the search's, which
