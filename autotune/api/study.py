@@ -15,6 +15,7 @@ from autotune.api.plan import PlannedStudy, plan_study
 from autotune.api.results import BestEntry, RecommendationResult
 from autotune.api.store import DEFAULT_STORAGE, open_store
 from autotune.ground.errors import UsageError
+from autotune.results.confirmation import CONFIRM_MAX
 
 if TYPE_CHECKING:
     from autotune.ground.records import RunRecord, StudyRecord
@@ -47,7 +48,7 @@ class Study:
                preset: str = "small", devices: int = 8, steps: int = 20, warmup: int = 2,
                max_warmup: int = 30, settle_tolerance: float = 0.05, mode: str = "paired",
                drop_unknown: bool = False, allow_backend_mismatch: bool = False,
-               confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = 48,
+               confirm: int = 3, confirm_repeats: int = 2, confirm_max: int = CONFIRM_MAX,
                confirm_steps: int | None = None,
                prune_margin: float | None = 1.3, shrink: bool = True,
                warm_start: bool = True, priority: int = 0,
