@@ -209,16 +209,16 @@ def test_what_ships_gives_up_a_target_measured_not_faster_on_its_fewest_processe
         tmp_path):
     """`CONFIRM_STOP` "slower" (chosen leave one workload out: the same answers on all 19
     tables, fewer device-seconds): a configuration truly no faster is given up once its
-    estimate, on at least `MIN_PROCESSES` processes, is not faster; not measured to the
+    estimate, on at least `SLOWER_AFTER` processes, is not faster; not measured to the
     cap (under "cap" both go on to 12 here)."""
-    from autotune.results.confirmation import MIN_PROCESSES
+    from autotune.results.confirmation import SLOWER_AFTER
     from autotune.results.ranking import recommend
 
     runner, store, _ = noisy_study(tmp_path, NOISY_NONE, NOISY_NONE)
     runner.confirm(top=2, repeats=2, cap=12)
     for flags in (REAL, LUCKY):
         conf = _confirmation(store, flags)
-        assert MIN_PROCESSES <= conf.runs < 12 and conf.estimate.ratio >= 1.0
+        assert SLOWER_AFTER <= conf.runs < 12 and conf.estimate.ratio >= 1.0
     assert recommend(store.runs("s")).run is None
 
 

@@ -1176,7 +1176,7 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
     from autotune.results import confirmation
 
     monkeypatch.setattr(confirmation, "CONFIRM_STOP", "slower")
-    floor = confirmation.MIN_PROCESSES
+    floor = confirmation.SLOWER_AFTER
     slower = RatioEstimate(1.01, 0.90, 1.12, 0.95, n_processes=floor, n_pairs=floor)
     assert confirmation.cannot_confirm_by(slower, 32)
     level = RatioEstimate(1.0, 0.90, 1.10, 0.95, n_processes=floor, n_pairs=floor)
@@ -1185,6 +1185,10 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
     assert not confirmation.cannot_confirm_by(early, 32)  # too few processes to say
     faster = RatioEstimate(0.999, 0.90, 1.10, 0.95, n_processes=30, n_pairs=30)
     assert not confirmation.cannot_confirm_by(faster, 32)  # measured on, to the cap
+    monkeypatch.setattr(confirmation, "SLOWER_AFTER", floor + 4)  # the count is the constant
+    assert not confirmation.cannot_confirm_by(slower, 32)
+    assert confirmation.cannot_confirm_by(
+        RatioEstimate(1.01, 0.95, 1.07, 0.95, n_processes=floor + 4, n_pairs=floor + 4), 32)
     monkeypatch.setattr(confirmation, "CONFIRM_STOP", "cap")
     assert not confirmation.cannot_confirm_by(slower, 32)
 
