@@ -42,8 +42,9 @@ MIN_GAIN = 0.02
 #: processes: two drawn from a program's fast tail confirm a gain it does not have (README,
 #: Warm start). Below it, sequential confirmation measures the configuration again. Read
 #: when used, so the benchmarks can set it. Chosen leave one workload out from 1, 3 and 4
-#: (README, Search); again from 4, 6 and 8 at the cap of 48, where sixteen tables get 8 by
-#: one choose seed but it is nowhere sound more often left out, so 4 stays.
+#: (README, Search); again from 4, 6 and 8 at the cap of 48, where sixteen tables got 8 by
+#: one choose seed through the slower stop's count, which then was this floor; with that
+#: count held (`SLOWER_AFTER`), every table left out gets 4 from 4 and 8.
 MIN_PROCESSES = 4
 
 
