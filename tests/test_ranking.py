@@ -1185,6 +1185,11 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
     assert not confirmation.cannot_confirm_by(early, 32)  # too few processes to say
     faster = RatioEstimate(0.999, 0.90, 1.10, 0.95, n_processes=30, n_pairs=30)
     assert not confirmation.cannot_confirm_by(faster, 32)  # measured on, to the cap
+    monkeypatch.setattr(confirmation, "SLOWER_REACH", 0.05)  # kept while it may be 5% faster
+    assert not confirmation.cannot_confirm_by(slower, 32)  # its interval reaches 0.90
+    assert confirmation.cannot_confirm_by(
+        RatioEstimate(1.01, 0.96, 1.06, 0.95, n_processes=floor, n_pairs=floor), 32)
+    monkeypatch.setattr(confirmation, "SLOWER_REACH", 1.0)
     monkeypatch.setattr(confirmation, "SLOWER_AFTER", floor + 4)  # the count is the constant
     assert not confirmation.cannot_confirm_by(slower, 32)
     assert confirmation.cannot_confirm_by(
