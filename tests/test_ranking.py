@@ -1189,6 +1189,8 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
     assert not confirmation.cannot_confirm_by(slower, 32)  # its interval reaches 0.90
     assert confirmation.cannot_confirm_by(
         RatioEstimate(1.01, 0.96, 1.06, 0.95, n_processes=floor, n_pairs=floor), 32)
+    at_reach = RatioEstimate(1.01, 1 - 0.05, 1.06, 0.95, n_processes=floor, n_pairs=floor)
+    assert confirmation.cannot_confirm_by(at_reach, 32)  # reaching exactly 5%: given up
     monkeypatch.setattr(confirmation, "SLOWER_REACH", 1.0)
     monkeypatch.setattr(confirmation, "SLOWER_AFTER", floor + 4)  # the count is the constant
     assert not confirmation.cannot_confirm_by(slower, 32)
