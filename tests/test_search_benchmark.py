@@ -487,6 +487,29 @@ def test_the_warm_start_benchmark_names_each_pair_in_full_within_80_columns():
 
 
 @pytest.mark.slow
+def test_the_warm_start_benchmark_runs_its_studies_with_a_constant_set():
+    """`--set` reaches the processes that run the studies (`--jobs 2`): with no earlier
+    study to draw from (`WARM_FROM` 0) no warm study draws a configuration, where by
+    default every one does; a setting not of the form is refused."""
+    import subprocess
+
+    args = [sys.executable, "benchmarks/scripts/warm_start.py", "--pairs", "7", "--seeds",
+            "1000-1001", "--budgets", "3", "--jobs", "2", "--json"]
+
+    def drew(extra: list[str]) -> list[float]:
+        done = subprocess.run(args + extra, cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return [r["budgets"]["3"]["warm"]["drew"] for r in json.loads(done.stdout)]
+
+    assert all(n > 0 for n in drew([]))
+    assert drew(["--set", "autotune.study.warm:WARM_FROM=0"]) == [0, 0]
+    bad = subprocess.run(args + ["--set", "WARM_FROM=0"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "module:ATTRIBUTE=value" in bad.stderr
+
+
+@pytest.mark.slow
 def test_the_noise_benchmark_gives_each_step_count_the_spread_of_real_a_a_ratios():
     import subprocess
 

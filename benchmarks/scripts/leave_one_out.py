@@ -53,6 +53,7 @@ from replay_study import (  # noqa: E402
     confirm_budget,
     loaded,
     parse_seeds,
+    parse_tune,
     patched,
     seeds_text,
 )
@@ -71,26 +72,6 @@ def workload_of(meta: Mapping[str, Any]) -> str:
     its benchmark, or the one it is a sibling of."""
     name = str(meta["benchmark"])
     return SIBLINGS.get(name, name)
-
-
-def parse_tune(text: str) -> list[Setting]:
-    """`module:ATTRIBUTE=v1,v2` as the settings it tries (values read as JSON, else text).
-
-    Raises:
-        ValueError: not of that form.
-    """
-    name, sep, values = text.partition("=")
-    module, colon, attribute = name.partition(":")
-    if not (sep and colon and module and attribute and values):
-        raise ValueError(f"'{text}' is not module:ATTRIBUTE=value,value")
-    return [(module, attribute, _value(v)) for v in values.split(",")]
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def score(figures: dict[str, Any]) -> tuple[float, float, float]:

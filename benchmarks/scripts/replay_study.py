@@ -16,6 +16,7 @@ device-second the study spent.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -269,6 +270,26 @@ def loaded(path: str) -> tuple[Any, Any, Any]:
 #: a tuned constant set for one study: (module, attribute, value), e.g.
 #: ("autotune.study.samplers", "TPE_STARTUP", 8); it must be read when used, not bound early
 Setting = tuple[str, str, Any]
+
+
+def parse_tune(text: str) -> list[Setting]:
+    """`module:ATTRIBUTE=v1,v2` as the settings it tries (values read as JSON, else text).
+
+    Raises:
+        ValueError: not of that form.
+    """
+    name, sep, values = text.partition("=")
+    module, colon, attribute = name.partition(":")
+    if not (sep and colon and module and attribute and values):
+        raise ValueError(f"'{text}' is not module:ATTRIBUTE=value,value")
+    return [(module, attribute, _value(v)) for v in values.split(",")]
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def confirm_budget(settings: Sequence[Setting] = ()) -> int:

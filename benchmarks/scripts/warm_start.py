@@ -2,6 +2,7 @@
 
     python benchmarks/scripts/warm_start.py                       # every pair below
     python benchmarks/scripts/warm_start.py --seeds 1000-1019 --budgets 3,10 --json
+    python benchmarks/scripts/warm_start.py --set autotune.study.warm:LEND_EACH=1
 
 For each pair of sibling tables (the same workload at two presets, and two
 workloads of one family), and each report seed, one database holds two real
@@ -32,6 +33,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,9 +44,12 @@ from replay_study import (  # noqa: E402
     CONFIRM_MAX,
     CONFIRM_REPEATS,
     CONFIRM_TOP,
+    Setting,
     loaded,
     memoised_ratios,
     parse_seeds,
+    parse_tune,
+    patched,
     seeds_text,
 )
 
@@ -96,15 +101,17 @@ def _study(store: Any, path: Path, name: str, trials: int, seed: int, warm: bool
     return "" if rec.run is None else config_key(effective_config(rec.run.flags, catalog))
 
 
-def one_seed(job: tuple[str, str, int, tuple[int, ...]]) -> dict[str, Any]:
+def one_seed(job: tuple[str, str, int, tuple[int, ...], tuple[Setting, ...]]
+             ) -> dict[str, Any]:
     """One seed of a pair: the sibling's answer, and the new study's with and without a
-    warm start at each budget (true ratios and device-seconds)."""
+    warm start at each budget (true ratios and device-seconds), with the job's constants
+    set (`--set`) in the process that runs it."""
     from autotune.storage.store import Store
 
     memoised_ratios()
-    sibling, new, seed, budgets = job
+    sibling, new, seed, budgets, settings = job
     answers: dict[str, Any] = {"budgets": {}}
-    with Store.open("sqlite://") as store:
+    with patched(settings), Store.open("sqlite://") as store:
         key = _study(store, TABLES / sibling, "sibling", SIBLING_TRIALS, seed, False)
         answers["sibling"] = loaded(str(TABLES / sibling))[0].true_ratio(key)
         for warm in (True, False):
@@ -121,9 +128,9 @@ def one_seed(job: tuple[str, str, int, tuple[int, ...]]) -> dict[str, Any]:
 
 
 def pair_report(sibling: str, new: str, seeds: list[int], budgets: list[int],
-                jobs: int) -> dict[str, Any]:
-    """Every figure of one pair (see the module docstring)."""
-    work = [(sibling, new, seed, tuple(budgets)) for seed in seeds]
+                jobs: int, settings: Sequence[Setting] = ()) -> dict[str, Any]:
+    """Every figure of one pair (see the module docstring), with `settings` set."""
+    work = [(sibling, new, seed, tuple(budgets), tuple(settings)) for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             done = list(pool.map(one_seed, work))
@@ -161,11 +168,23 @@ def main(argv: list[str] | None = None) -> None:
                         help="'all', or indices into PAIRS (0,2), each run both ways")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="MODULE:ATTRIBUTE=VALUE",
+                        help="run with a constant set (read when used), e.g. "
+                             "autotune.results.confirmation:SLOWER_AFTER=16; repeatable")
     args = parser.parse_args(argv)
     seeds = parse_seeds(args.seeds)
     budgets = [int(b) for b in args.budgets.split(",")]
     chosen = PAIRS if args.pairs == "all" else [PAIRS[int(i)] for i in args.pairs.split(",")]
-    reports = [pair_report(a, b, seeds, budgets, args.jobs)
+    settings = []
+    for text in args.set:
+        try:
+            found = parse_tune(text)
+        except ValueError as e:
+            parser.error(str(e))
+        if len(found) != 1:
+            parser.error(f"--set '{text}' gives more than one value")
+        settings += found
+    reports = [pair_report(a, b, seeds, budgets, args.jobs, settings)
                for pair in chosen for a, b in (pair, pair[::-1])]
     if args.json:
         print(json.dumps(reports, indent=1))
