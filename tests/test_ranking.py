@@ -1178,6 +1178,8 @@ def test_the_slower_stop_gives_up_a_target_measured_not_faster_on_enough_process
     monkeypatch.setattr(confirmation, "CONFIRM_STOP", "slower")
     floor = confirmation.SLOWER_AFTER
     slower = RatioEstimate(1.01, 0.90, 1.12, 0.95, n_processes=floor, n_pairs=floor)
+    assert not confirmation.cannot_confirm_by(slower, 32)  # what ships: it may be 10% faster
+    monkeypatch.setattr(confirmation, "SLOWER_REACH", 1.0)  # any interval: the count alone
     assert confirmation.cannot_confirm_by(slower, 32)
     level = RatioEstimate(1.0, 0.90, 1.10, 0.95, n_processes=floor, n_pairs=floor)
     assert confirmation.cannot_confirm_by(level, 32)  # not faster: given up too

@@ -64,6 +64,34 @@ def test_an_answer_is_sound_where_it_keeps_the_defaults_of_a_gain_not_worth_havi
     assert worth["right"] == 0.5 and worth["sound"] == 0.5 and worth["kept"] == 0.5
 
 
+def test_a_method_is_behind_another_only_where_its_seeds_lose_beyond_a_fair_coin():
+    """Seed by seed: 5 seeds sound under the other alone and none under this one is behind
+    (a fair coin gives that 1 in 32); 4 to 0, or 6 to 2, is within the noise; the seeds
+    sound under both or neither do not count."""
+    outcome = script("outcome")
+    five = outcome.paired([False] * 5 + [True] * 10, [True] * 5 + [True] * 10)
+    assert five == {"only_mine": 0, "only_theirs": 5, "p_behind": 0.0312, "behind": True}
+    four = outcome.paired([False] * 4 + [False] * 3, [True] * 4 + [False] * 3)
+    assert four["only_theirs"] == 4 and four["p_behind"] == 0.0625 and not four["behind"]
+    six_two = outcome.paired([True, True] + [False] * 6, [False, False] + [True] * 6)
+    assert six_two["p_behind"] == round(37 / 256, 4) and not six_two["behind"]
+    ahead = outcome.paired([True] * 5, [False] * 5)  # ahead, never behind
+    assert ahead["only_mine"] == 5 and ahead["p_behind"] == 1.0 and not ahead["behind"]
+    assert outcome.paired([], [])["p_behind"] == 1.0
+    with pytest.raises(ValueError, match="same seeds"):
+        outcome.paired([True], [True, False])
+
+
+def test_a_seeds_soundness_is_what_the_summary_counts():
+    outcome = script("outcome")
+    found, kept = [0.975, 0.98, 1.0, None], [False, False, True, True]
+    assert outcome.sound_seeds(found, 1.0, 0.975, kept) == kept  # 2.5%: the defaults
+    assert outcome.sound_seeds(found, 1.0, 0.96, kept) == [True, False, False, False]
+    assert outcome.sound_seeds(found, 1.0, 0.96, kept, worth=False) == kept
+    figures = outcome.summary(found, [1.0] * 4, 1.0, 0.96, kept)
+    assert figures["sound"] == 0.25
+
+
 def _table(tmp_path: Path, best: list[float], noise: float = 0.0) -> ReplayTable:
     """Defaults at 1.0 (three repeats), and a faster configuration (program `fast`) whose
     repeats have the given ratios, each step `noise` apart around its median."""
@@ -484,6 +512,8 @@ def test_the_warm_start_benchmark_names_each_pair_in_full_within_80_columns():
     for pair in pairs:
         row = lines[lines.index(pair) + 1].split()
         assert row[0] == "3" and row[1].count("%") == 2, done.stdout
+    paired = [line for line in lines if "warm only/cold only: 3: " in line]
+    assert len(paired) == 2, done.stdout  # each direction says how its seeds split
 
 
 @pytest.mark.slow

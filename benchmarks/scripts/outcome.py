@@ -19,6 +19,10 @@ of a configuration's program), never by what the study itself measured:
   defaults (`worth_having`: by the table's truth, and by the best program's runs of
   confirmation length where the table has them from its own kind of CPU), a right
   recommendation; on any other table, the defaults kept.
+- **behind**: over the same seeds, one method is behind another beyond the
+  noise where the seeds sound only under the other outnumber those sound only
+  under it by more than a fair coin gives in `BEHIND_P` (5%) of draws
+  (`paired`: McNemar's exact test, one-sided).
 
 The **oracle** knows which program is truly the best (more than any method
 can know: compiles free, and every configuration's program and true ratio
@@ -46,6 +50,9 @@ GAIN_FLOOR = 0.01
 RIGHT_WITHIN = 0.02
 #: a table whose optimum is at least 3% faster than its defaults offers a gain worth having
 WORTH = 0.03
+#: one method is behind another beyond the noise where a fair coin over their discordant
+#: seeds favours the other so much in fewer than this share of draws (`paired`)
+BEHIND_P = 0.05
 
 
 def truths(table) -> tuple[float, float]:
@@ -95,9 +102,7 @@ def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: f
     offers a gain worth having (`worth_having`); None: by `defaults` and `optimum` alone."""
     ratios = [defaults if f is None else f for f in found]
     right = [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
-    if worth is None:
-        worth = defaults - optimum >= WORTH * defaults
-    sound = right if worth else list(kept)
+    sound = sound_seeds(found, defaults, optimum, kept, worth)
     gains = [captured_gain(defaults, optimum, r) for r in ratios]
     known = [g for g in gains if g is not None]
     return {
@@ -109,6 +114,32 @@ def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: f
         "sound": sum(sound) / len(sound),
         "device_seconds": round(statistics.median(seconds), 2),
     }
+
+
+def sound_seeds(found: Sequence[float | None], defaults: float, optimum: float,
+                kept: Sequence[bool], worth: bool | None = None) -> list[bool]:
+    """Whether each seed's answer is sound (the module docstring), in `summary`'s terms."""
+    if worth is None:
+        worth = defaults - optimum >= WORTH * defaults
+    if not worth:
+        return list(kept)
+    return [(defaults if f is None else f) <= optimum * (1 + RIGHT_WITHIN) for f in found]
+
+
+def paired(mine: Sequence[bool], theirs: Sequence[bool]) -> dict[str, Any]:
+    """Two methods' per-seed verdicts (sound or not) on the same seeds, compared seed by
+    seed: `only_mine` and `only_theirs`, the seeds sound under one alone; `p_behind`, the
+    chance that a fair coin over those discordant seeds gives the other at least
+    `only_theirs` of them (McNemar's exact test, one-sided; 1.0 with none discordant);
+    `behind`: `p_behind` below `BEHIND_P`, so `mine` is behind beyond the noise."""
+    if len(mine) != len(theirs):
+        raise ValueError("paired verdicts must come from the same seeds")
+    only_mine = sum(m and not t for m, t in zip(mine, theirs, strict=True))
+    only_theirs = sum(t and not m for m, t in zip(mine, theirs, strict=True))
+    n = only_mine + only_theirs
+    p = sum(math.comb(n, k) for k in range(only_theirs, n + 1)) / 2 ** n
+    return {"only_mine": only_mine, "only_theirs": only_theirs, "p_behind": round(p, 4),
+            "behind": p < BEHIND_P}
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

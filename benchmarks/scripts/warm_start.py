@@ -23,8 +23,11 @@ the optimum is at least 3% faster than the defaults, else the defaults kept),
 the median captured gain, the share truly slower than
 the defaults and the median device-seconds, with and without the warm start, and
 the sibling's own share right (a warm start can pass on only what the sibling
-found). Both directions of each pair are run. Every figure is on report seeds
-no setting of autotune was chosen on.
+found), and, seed by seed, how many seeds are sound warm only and cold only:
+where the cold ones outnumber the warm beyond the noise (`outcome.paired`,
+one-sided at 5%) the line says the warm start is behind. Both directions of
+each pair are run. Every figure is on report seeds no setting of autotune was
+chosen on.
 """
 
 from __future__ import annotations
@@ -149,13 +152,16 @@ def pair_report(sibling: str, new: str, seeds: list[int], budgets: list[int],
                             for d in done) / len(done),
         "budgets": {}}
     for budget in budgets:
-        row = {}
+        row: dict[str, Any] = {}
+        sound = {}
         for kind in ("warm", "cold"):
             got = [d["budgets"][str(budget)][kind] for d in done]
-            row[kind] = outcome.summary([g["true_ratio"] for g in got],
-                                        [g["device_seconds"] for g in got], defaults, optimum,
-                                        [g["kept"] for g in got], worth)
+            found, kept = [g["true_ratio"] for g in got], [g["kept"] for g in got]
+            row[kind] = outcome.summary(found, [g["device_seconds"] for g in got], defaults,
+                                        optimum, kept, worth)
             row[kind]["drew"] = statistics.median(g["drew"] for g in got)
+            sound[kind] = outcome.sound_seeds(found, defaults, optimum, kept, worth)
+        row["paired"] = outcome.paired(sound["warm"], sound["cold"])
         report["budgets"][str(budget)] = row
     return report
 
@@ -210,6 +216,11 @@ def print_table(reports: list[dict]) -> None:
         print(f"  (the sibling right on {r['sibling_right']:.0%}, a configuration drawn from "
               f"it on {r['sibling_drew']:.0%};\n   the new table's optimum "
               f"{r['new_gain']:.1%} faster than its defaults)")
+        print("  seeds sound warm only/cold only: " + ", ".join(
+            f"{b}: {row['paired']['only_mine']}/{row['paired']['only_theirs']}"
+            + (f" (warm behind, p {row['paired']['p_behind']:.3f})"
+               if row["paired"]["behind"] else "")
+            for b, row in r["budgets"].items()))
 
 
 if __name__ == "__main__":
