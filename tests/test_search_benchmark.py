@@ -318,6 +318,9 @@ def test_a_constant_is_picked_on_the_other_tables_only():
                                                          "BACKED_BY", 3)]
     with pytest.raises(ValueError, match="module:ATTRIBUTE=value"):
         loo.parse_tune("BACKED_BY=2")
+    # a boolean either way, not the text "False" (which is true), and text stays text
+    assert [v for *_, v in loo.parse_tune("m:X=False,true,None,cap,0.05")] == [
+        False, True, None, "cap", 0.05]
     a, b = (("m", "X", 1),), (("m", "X", 2),)
     # a wins on table one, b on tables two and three: left out, each is judged by the rest
     scores = {a: {"one": (1.0, 0.9, -5.0), "two": (0.0, 0.0, -5.0), "three": (0.4, 0.0, -5.0)},

@@ -16,6 +16,7 @@ device-second the study spent.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -273,7 +274,8 @@ Setting = tuple[str, str, Any]
 
 
 def parse_tune(text: str) -> list[Setting]:
-    """`module:ATTRIBUTE=v1,v2` as the settings it tries (values read as JSON, else text).
+    """`module:ATTRIBUTE=v1,v2` as the settings it tries (`_value`: JSON, a Python
+    literal such as False, else text).
 
     Raises:
         ValueError: not of that form.
@@ -286,9 +288,15 @@ def parse_tune(text: str) -> list[Setting]:
 
 
 def _value(text: str) -> Any:
+    """One value of a setting: JSON (2, 0.05, false), else a Python literal (False, None,
+    which JSON does not read: as text, "False" was true), else the text itself ("cap")."""
     try:
         return json.loads(text)
     except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
         return text
 
 
