@@ -29,6 +29,7 @@ from autotune.ground.records import (
     StudyRecord,
     TrialOutcome,
 )
+from autotune.launch.launcher import TrialRequest
 from autotune.launch.replay import ReplayTable, TableLauncher
 from autotune.results.notes import study_notes
 from autotune.results.ranking import confirmed_order, recommend
@@ -92,6 +93,84 @@ def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: 
         cold = _runner(store, "cold", 4, 99, warm_start=False)
         cold.run()
         assert cold.warm_start() == [] and PLAN_WARM not in (store.get_study("cold").plan or {})
+
+
+def test_every_lent_configuration_is_measured_before_the_leader_is_raced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`LENT_BEFORE_RACE`: with a budget of the baseline and the lent configurations, each
+    lent one is measured; without it, the first (measured faster than the defaults) was
+    raced and the budget ran out before the last was measured."""
+    import autotune.study.warm as warm
+
+    def roles_and_keys(name: str) -> tuple[list[Role], set[str], list[str]]:
+        record = store.get_study(name)
+        lent = [d["key"] for d in (record.plan or {})[PLAN_WARM]]
+        runs = [r for r in store.runs(name)  # what `--trials` counts, not the fit's compiles
+                if r.role in (Role.BASELINE, Role.SEARCH, Role.RACE)]
+        return [r.role for r in runs], {_key(dict(r.flags)) for r in runs}, lent
+
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        _sibling(store)
+        probe = _runner(store, "probe", 1, 5)
+        probe.run()
+        lent = len(probe.warm_start())
+        assert lent > 1
+        store.delete_study("probe")  # every new study draws from the sibling alone
+        monkeypatch.setattr(warm, "LENT_BEFORE_RACE", False)
+        for seed in range(10):  # a seed whose first lent configuration measured faster
+            _runner(store, f"raced-{seed}", 1 + lent, seed).run()
+            roles, keys, drawn = roles_and_keys(f"raced-{seed}")
+            store.delete_study(f"raced-{seed}")
+            if Role.RACE in roles:
+                break
+        assert Role.RACE in roles and not set(drawn) <= keys
+        monkeypatch.setattr(warm, "LENT_BEFORE_RACE", True)
+        _runner(store, "lent-first", 1 + lent, seed).run()
+        roles, keys, drawn = roles_and_keys("lent-first")
+        assert roles == [Role.BASELINE] + [Role.SEARCH] * lent and set(drawn) <= keys
+
+
+class _PruneLimits(TableLauncher):
+    """A `TableLauncher` that notes each timed request's prune limits by configuration."""
+
+    def __init__(self, table: ReplayTable, catalog: object, seed: int) -> None:
+        super().__init__(table, catalog, seed=seed)
+        self.limits: dict[str, tuple[object, object]] = {}
+
+    def launch(self, request: TrialRequest) -> TrialOutcome:
+        key = _key(dict(request.flags))
+        self.limits.setdefault(key, (request.job.prune_ratio, request.job.prune_curve))
+        return super().launch(request)
+
+
+def test_a_lent_configuration_is_timed_whole_and_a_sampled_one_may_be_pruned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`PRUNE_LENT` False: one noisy process must not overturn a sibling's evidence, so the
+    search process of a lent configuration carries no prune limit; a sampled one does
+    once there is a best to prune against. True: the lent ones after the first do too."""
+    import autotune.study.warm as warm
+
+    def limits(name: str) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
+        plan = StudyPlan.of(name=name, space=SPACE, workload=TABLE.workload(ROOT), trials=8,
+                            sampler="random", seed=3, preset="small", devices=1)
+        launcher = _PruneLimits(TABLE, CATALOG, seed=3)
+        StudyRunner(plan, store, launcher, optuna.storages.InMemoryStorage(),
+                    facts=CPU).run()
+        drawn = {d["key"] for d in (store.get_study(name).plan or {})[PLAN_WARM]}
+        store.delete_study(name)
+        lent = [v for k, v in launcher.limits.items() if k in drawn]
+        sampled = [v for k, v in launcher.limits.items() if k not in drawn and k != _key({})]
+        assert len(lent) == len(drawn) > 1 and sampled
+        return lent, sampled
+
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        _sibling(store)
+        lent, sampled = limits("whole")
+        assert lent == [(None, None)] * len(lent)
+        assert any(v != (None, None) for v in sampled)
+        monkeypatch.setattr(warm, "PRUNE_LENT", True)
+        lent, _ = limits("pruned")
+        assert any(v != (None, None) for v in lent[1:])
 
 
 def _measured_faster(store: Store, study: str) -> list[RunRecord]:

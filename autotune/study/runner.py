@@ -49,6 +49,7 @@ from autotune.study import fit as fit_phase
 from autotune.study import pgle as pgle_phase
 from autotune.study import reap as reap_phase
 from autotune.study import shrink as shrink_phase
+from autotune.study import warm as warm_module
 from autotune.study.context import StudyContext
 from autotune.study.measured import BUDGET_ROLES
 from autotune.study.plan import (
@@ -249,7 +250,10 @@ class StudyRunner:
         self.reap()
 
     def _round(self, study: optuna.Study, view: StudyView) -> tuple[str, RunRecord | None]:
-        """One round of the search: race the leader, else one search step."""
+        """One round of the search: race the leader, else one search step; while a warm
+        start's configuration is not measured yet (`warm.LENT_BEFORE_RACE`), the step."""
+        if warm_module.LENT_BEFORE_RACE and self.search.next_warm(study, view.index):
+            return self.search.step(study, view)
         step, run = race(self.ctx, view)
         return self.search.step(study, view) if step == "skip" else (step, run)
 

@@ -46,6 +46,7 @@ from autotune.storage._optuna import (
     set_aside,
     trials_in,
 )
+from autotune.study import warm as warm_module
 from autotune.study.context import Settle, StudyContext
 from autotune.study.measured import MeasuredIndex, objective_values
 from autotune.study.plan import BASELINE_KEY, TrialEvent
@@ -148,7 +149,8 @@ class Search:
             return "reused", None
         verdict, run = self.ctx.claimed_run(
             view.index.key(config), role, config, trial.number,
-            self.request(role, config, view.index), budget=True,
+            self.request(role, config, view.index,
+                         lent="warm_start" in trial.user_attrs), budget=True,
             settle=self._settle(view.index), around=beating(study, trial),
             after_record=lambda run: self.tell(study, trial, run, role, reused=False),
             retry=role is Role.BASELINE)  # a failed baseline leaves its claim open to a retry
@@ -160,12 +162,13 @@ class Search:
         return "launched", run
 
     def request(self, role: Role, config: dict[str, FlagValue],
-                index: MeasuredIndex) -> TrialRequest:
+                index: MeasuredIndex, lent: bool = False) -> TrialRequest:
         """The request of a search-phase trial: the baseline is always timed (it is the
-        reference); a search trial carries the prune limits, every other the memory budget
-        and, in PAIRED mode, the programs already timed here."""
+        reference); a search trial carries the prune limits (not one a warm start lent,
+        under `warm.PRUNE_LENT` False), every other the memory budget and, in PAIRED mode,
+        the programs already timed here."""
         request = self.ctx.judge.request(config)
-        if role is Role.SEARCH:
+        if role is Role.SEARCH and not (lent and not warm_module.PRUNE_LENT):
             request = request.with_job(prune_ratio=self._prune_ratio(index),
                                        prune_curve=self._prune_curve(index))
         if role is not Role.BASELINE:
@@ -228,20 +231,29 @@ class Search:
         return point is not None
 
     def _enqueue_warm(self, study: optuna.Study, index: MeasuredIndex) -> bool:
-        """Queue the next warm-start configuration not queued, measured or in flight yet;
-        False when none is left. Reads Optuna's trials only while a warm start is pending:
-        it runs before every search step."""
-        if not self.warm:
+        """Queue the next warm-start configuration (`next_warm`); False when none is left."""
+        found = self.next_warm(study, index)
+        if found is None:
             return False
+        label, warm = found
+        study.enqueue_trial(warm.params, user_attrs={"role": Role.SEARCH.value,
+                                                     "warm_start": label})
+        return True
+
+    def next_warm(self, study: optuna.Study, index: MeasuredIndex
+                  ) -> tuple[str, WarmConfig] | None:
+        """The first warm-start configuration not queued, measured or in flight yet, with its
+        label, or None. Reads Optuna's trials only while a warm start is pending: it runs
+        before every search step."""
+        if not self.warm:
+            return None
         queued = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
         for warm in self.warm:
             label = f"{warm.study}#{warm.trial}"
             if label in queued or warm.key in index.runs or warm.key in index.in_flight:
                 continue
-            study.enqueue_trial(warm.params, user_attrs={"role": Role.SEARCH.value,
-                                                         "warm_start": label})
-            return True
-        return False
+            return label, warm
+        return None
 
     def _enqueue_local(self, study: optuna.Study, view: StudyView) -> bool:
         """Under `LOCAL_SEARCH` "on" and one objective, time: queue the incumbent's next

@@ -10,9 +10,10 @@ compiled programs, op counts and collectives, and the workload, preset and
 device count), and at most `WARM_FROM` configurations, each study's first
 before any study's second, are mapped onto this study's space
 (`Space.params_for`: their flags this space has, at values it takes) and queued
-as the first search trials, before anything is sampled (`Search`). A warm start
-never skips confirmation: the queued trials are measured, raced and confirmed
-like any other. The plan records which studies it drew from (`PLAN_WARM`),
+as the first search trials, before anything is sampled (`Search`), each measured
+before the search's leader is raced (`LENT_BEFORE_RACE`) and timed whole, never
+pruned (`PRUNE_LENT`). A warm start never skips confirmation: the queued trials
+are raced and confirmed like any other. The plan records which studies it drew from (`PLAN_WARM`),
 and `best` says so in its notes.
 
 The sampler is also given what those studies measured (`prior_trials`): each
@@ -51,6 +52,21 @@ WARM_FROM = 3
 #: runners-up is (README, Warm start: 3 against 1, chosen on two pairs of siblings and
 #: borne out on the other six). Read when used, so the benchmarks can set it.
 LEND_EACH = 3
+
+#: Whether every configuration a warm start queues is measured once before the search's
+#: leader is raced (`StudyRunner._round`). Without it, a study of `--trials 3` measured
+#: the baseline and the first lent configuration, then raced that one, so the second,
+#: often the new workload's best where the first is the sibling's, was never measured
+#: and confirmation had nothing else to confirm (README, Warm start). Read when used, so
+#: the benchmarks can set it.
+LENT_BEFORE_RACE = True
+
+#: Whether a configuration a warm start lends may be pruned in its search process. A
+#: sibling's evidence comes with it, and on a noisy workload one process can run a real
+#: gain past the prune margin (norm-act tiny: its optimum, lent second, measured at 1.22
+#: and pruned, so confirmation never saw it; README, Warm start). False: it is timed
+#: whole, as the baseline is. Read when used, so the benchmarks can set it.
+PRUNE_LENT = False
 
 
 @dataclass(frozen=True)
