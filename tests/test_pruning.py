@@ -83,9 +83,9 @@ def test_search_trials_carry_the_curve_of_the_stored_runs_and_the_baseline_none(
     runner = StudyRunner(plan, store, launcher, store.url)
     request = Search.request
 
-    def tagged(self: Search, role: Role, *rest: Any) -> Any:
+    def tagged(self: Search, role: Role, *rest: Any, **named: Any) -> Any:
         launcher.role = role
-        return request(self, role, *rest)
+        return request(self, role, *rest, **named)
 
     monkeypatch.setattr(Search, "request", tagged)
     runner.prepare()

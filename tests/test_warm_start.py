@@ -130,36 +130,33 @@ def test_every_lent_configuration_is_measured_before_the_leader_is_raced(
         assert roles == [Role.BASELINE] + [Role.SEARCH] * lent and set(drawn) <= keys
 
 
-class _PruneLimits(TableLauncher):
-    """A `TableLauncher` that notes each timed request's prune limits by configuration."""
-
-    def __init__(self, table: ReplayTable, catalog: object, seed: int) -> None:
-        super().__init__(table, catalog, seed=seed)
-        self.limits: dict[str, tuple[object, object]] = {}
-
-    def launch(self, request: TrialRequest) -> TrialOutcome:
-        key = _key(dict(request.flags))
-        self.limits.setdefault(key, (request.job.prune_ratio, request.job.prune_curve))
-        return super().launch(request)
-
-
 def test_a_lent_configuration_is_timed_whole_and_a_sampled_one_may_be_pruned(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`PRUNE_LENT` False: one noisy process must not overturn a sibling's evidence, so the
     search process of a lent configuration carries no prune limit; a sampled one does
     once there is a best to prune against. True: the lent ones after the first do too."""
     import autotune.study.warm as warm
+    from autotune.study.search import Search
+
+    noted: dict[str, tuple[object, object]] = {}
+    request = Search.request
+
+    def noting(self: Search, role: Role, config: dict, *rest: object, **named: object
+               ) -> TrialRequest:
+        made = request(self, role, config, *rest, **named)
+        if role is Role.SEARCH:
+            noted.setdefault(_key(config), (made.job.prune_ratio, made.job.prune_curve))
+        return made
+
+    monkeypatch.setattr(Search, "request", noting)
 
     def limits(name: str) -> tuple[list[tuple[object, object]], list[tuple[object, object]]]:
-        plan = StudyPlan.of(name=name, space=SPACE, workload=TABLE.workload(ROOT), trials=8,
-                            sampler="random", seed=3, preset="small", devices=1)
-        launcher = _PruneLimits(TABLE, CATALOG, seed=3)
-        StudyRunner(plan, store, launcher, optuna.storages.InMemoryStorage(),
-                    facts=CPU).run()
+        noted.clear()
+        _runner(store, name, 8, 3).run()
         drawn = {d["key"] for d in (store.get_study(name).plan or {})[PLAN_WARM]}
         store.delete_study(name)
-        lent = [v for k, v in launcher.limits.items() if k in drawn]
-        sampled = [v for k, v in launcher.limits.items() if k not in drawn and k != _key({})]
+        lent = [v for k, v in noted.items() if k in drawn]
+        sampled = [v for k, v in noted.items() if k not in drawn]
         assert len(lent) == len(drawn) > 1 and sampled
         return lent, sampled
 
