@@ -151,6 +151,32 @@ def test_a_warm_start_names_each_trial_it_drew_and_its_likeness():
         "here like any other (--no-warm-start: from nothing)"]
 
 
+def test_a_lent_configuration_the_budget_never_measured_is_named_apart():
+    """Given the runs, only what a search run measured is said to be measured: a
+    configuration queued after `--trials` ran out is named as not measured."""
+    from autotune.flags.compose import config_key, effective_config
+
+    catalog = load_catalog()
+    measured, late = {LEVEL: 2}, {FAST: True, LEVEL: 1}
+    drawn = [{"study": "old", "trial": 3, "likeness": 2,
+              "key": config_key(effective_config(measured, catalog))},
+             {"study": "old", "trial": 5, "likeness": 2, "confirmed": False,
+              "key": config_key(effective_config(late, catalog))}]
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, measured, 0.9)
+    s.add(Role.RACE, late, 0.9)  # not a search run: the configuration was not searched
+    texts = [n.text for n in warm_notes(_record(plan={PLAN_WARM: drawn}), s.runs)]
+    assert texts == [
+        "warm start: the search began with the confirmed configurations of 'old' trial 3 "
+        "(likeness 2 of 3), each measured and confirmed here like any other "
+        "(--no-warm-start: from nothing)",
+        "warm start: --trials ran out before 'old' trial 5 (likeness 2 of 3) was measured"]
+    s.add(Role.SEARCH, late, 0.95)
+    texts = [n.text for n in warm_notes(_record(plan={PLAN_WARM: drawn}), s.runs)]
+    assert len(texts) == 2 and "leaders of 'old' trial 5" in texts[1]
+
+
 def test_a_direct_incumbent_has_no_interval_to_show():
     s = Runs()
     for trial in (None, *[0] * (BACKED_BY - 1)):

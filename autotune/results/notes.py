@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.ground.records import PLAN_PRIOR, PLAN_WARM, RunRecord, StudyRecord
+from autotune.ground.records import PLAN_PRIOR, PLAN_WARM, Role, RunRecord, StudyRecord
 from autotune.results.evidence import BACKED_BY, incumbent, pooled
 from autotune.results.fitted import change_text, fit_of, summary_text
 from autotune.results.pgle import study_verdicts, verdict_text
@@ -53,16 +53,23 @@ def study_notes(record: StudyRecord, runs: Sequence[RunRecord],
     notes.append(memory_note(runs, rows))
     notes += [n for n in (incumbent_note(record, runs), budget_note(record, runs),
                           noise_note(rows), backend_note(record, runs)) if n is not None]
-    return notes + fit_notes(record) + warm_notes(record) + pgle_notes(runs)
+    return notes + fit_notes(record) + warm_notes(record, runs) + pgle_notes(runs)
 
 
-def warm_notes(record: StudyRecord) -> list[Note]:
+def warm_notes(record: StudyRecord, runs: Sequence[RunRecord] | None = None) -> list[Note]:
     """Where a warm start came from (kind `warm_start`): the earlier studies whose
     confirmed configurations the search began with, the most alike first, and those
-    whose measured programs the sampler was given (`PLAN_PRIOR`)."""
+    whose measured programs the sampler was given (`PLAN_PRIOR`). Given the study's
+    `runs`, a queued configuration no search run measured (`--trials` ran out first) is
+    named apart, not among those measured."""
     plan = record.plan or {}
     notes = []
     drawn = plan.get(PLAN_WARM) or []
+    late: list[dict[str, Any]] = []
+    if runs is not None and drawn:
+        measured = _searched_keys(record, runs)
+        late = [d for d in drawn if d.get("key") not in measured]
+        drawn = [d for d in drawn if d.get("key") in measured]
     if confirmed := [d for d in drawn if d.get("confirmed", True)]:
         notes.append(Note("warm_start", f"warm start: the search began with the confirmed "
                           f"configurations of {_drawn(confirmed)}, each measured and confirmed "
@@ -71,6 +78,9 @@ def warm_notes(record: StudyRecord) -> list[Note]:
         notes.append(Note("warm_start", f"warm start: the search then measured the leaders of "
                           f"{_drawn(leaders)}, faster there but not confirmed, each measured "
                           "and confirmed here like any other"))
+    if late:
+        notes.append(Note("warm_start", f"warm start: --trials ran out before {_drawn(late)} "
+                          f"{'was' if len(late) == 1 else 'were'} measured"))
     if prior := plan.get(PLAN_PRIOR) or []:
         named = "; ".join(f"{d.get('programs')} of '{d.get('study')}' (likeness "
                           f"{d.get('likeness')} of 3, each counted {d.get('copies')}x)"
@@ -79,6 +89,17 @@ def warm_notes(record: StudyRecord) -> list[Note]:
                           f"earlier studies measured as evidence: {named}; none counts "
                           "toward --trials or is recommended without being measured here"))
     return notes
+
+
+def _searched_keys(record: StudyRecord, runs: Sequence[RunRecord]) -> set[str]:
+    """The effective configurations (`config_key`) the study's search runs measured."""
+    from autotune.flags.catalog import load_catalog
+    from autotune.flags.compose import config_key, effective_config
+    from autotune.results.study_results import study_catalog
+
+    catalog = study_catalog(load_catalog(), record)
+    return {config_key(effective_config(r.flags, catalog)) for r in runs
+            if r.role is Role.SEARCH}
 
 
 def _drawn(drawn: list[dict[str, Any]]) -> str:
