@@ -172,6 +172,14 @@ def test_a_lent_configuration_the_budget_never_measured_is_named_apart():
         "(likeness 2 of 3), each measured and confirmed here like any other "
         "(--no-warm-start: from nothing)",
         "warm start: --trials ran out before 'old' trial 5 (likeness 2 of 3) was measured"]
+    assert {n.kind for n in warm_notes(_record(plan={PLAN_WARM: drawn}), s.runs)} == {
+        "warm_start"}
+    two = [{**d, "key": "never"} for d in drawn]  # the notes under `best` are given the runs
+    under_best = [n for n in study_notes(_record(plan={PLAN_WARM: two}), s.runs,
+                                         best_rows(s.runs, catalog)) if n.kind == "warm_start"]
+    assert [n.text for n in under_best] == [
+        "warm start: --trials ran out before 'old' trial 3 (likeness 2 of 3); 'old' trial 5 "
+        "(likeness 2 of 3) were measured"]
     s.add(Role.SEARCH, late, 0.95)
     texts = [n.text for n in warm_notes(_record(plan={PLAN_WARM: drawn}), s.runs)]
     assert len(texts) == 2 and "leaders of 'old' trial 5" in texts[1]
