@@ -168,7 +168,8 @@ class Search:
         under `warm.PRUNE_LENT` False), every other the memory budget and, in PAIRED mode,
         the programs already timed here."""
         request = self.ctx.judge.request(config)
-        if role is Role.SEARCH and not (lent and not warm_module.PRUNE_LENT):
+        prunable = not lent or warm_module.PRUNE_LENT
+        if role is Role.SEARCH and prunable:
             request = request.with_job(prune_ratio=self._prune_ratio(index),
                                        prune_curve=self._prune_curve(index))
         if role is not Role.BASELINE:

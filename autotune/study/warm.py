@@ -13,8 +13,9 @@ before any study's second, are mapped onto this study's space
 as the first search trials, before anything is sampled (`Search`), each measured
 before the search's leader is raced (`LENT_BEFORE_RACE`) and timed whole, never
 pruned (`PRUNE_LENT`). A warm start never skips confirmation: the queued trials
-are raced and confirmed like any other. The plan records which studies it drew from (`PLAN_WARM`),
-and `best` says so in its notes.
+are raced and confirmed like any other. The plan records which studies it drew
+from (`PLAN_WARM`), and `best` says so in its notes (and names a queued one that
+`--trials` ran out before measuring).
 
 The sampler is also given what those studies measured (`prior_trials`): each
 program the `WARM_FROM` most alike timed, mapped onto this space, with its
