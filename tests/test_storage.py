@@ -775,6 +775,34 @@ def test_processes_creating_one_new_database_at_once_all_succeed(url: str) -> No
         assert [s.name for s in opened.list_studies()] == ["race"]
 
 
+def test_a_database_another_connection_writes_is_put_in_write_ahead_mode_once_it_commits(
+        tmp_path: Path) -> None:
+    """SQLite refuses a journal-mode change at once, busy timeout or not, while another
+    connection holds a write lock: seen in CI as 'database is locked' from one of four
+    processes opening one new database. Now it waits for the writer's commit."""
+    import sqlite3
+    import threading
+
+    from sqlalchemy import create_engine
+
+    from autotune.storage.engine import _write_ahead
+
+    db = tmp_path / "held.db"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock of another process's first write
+    holder.execute("PRAGMA user_version = 7")  # a write, and no table autotune would refuse
+    threading.Timer(0.5, holder.execute, ["COMMIT"]).start()
+    engine = create_engine(f"sqlite:///{db}", connect_args={"timeout": 5})
+    _write_ahead(engine)  # before: "database is locked" at once
+    engine.dispose()
+    holder.close()
+    with sqlite3.connect(db) as check:
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with Store.open(f"sqlite:///{db}") as store:
+        store.ensure_study("s1", "cpu", "matmul", "tiny", 1, "paired")
+        assert [s.name for s in store.list_studies()] == ["s1"]
+
+
 def test_a_sqlite_file_holds_no_idle_connection_so_a_forgotten_reader_changes_nothing(
         tmp_path: Path) -> None:
     """Write-ahead mode: the last connection to close folds the log into the file. With

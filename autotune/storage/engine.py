@@ -229,8 +229,23 @@ def _write_ahead(engine: Engine) -> None:
     commit instead of failing. Only writers call this: reading changes no byte."""
     if not sqlite_file(engine.url):
         return
-    with engine.connect() as connection:
-        connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+    deadline = time.monotonic() + SQLITE_TIMEOUT_S
+    while True:
+        try:
+            with engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            return
+        except exc.OperationalError as error:
+            # Changing the journal mode takes no busy timeout: SQLite answers "database is
+            # locked" at once while another connection writes (several processes creating
+            # one new database at once). Try again until the timeout a writer waits.
+            if "database is locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(WAL_RETRY_S)
+
+
+#: How long `_write_ahead` waits before asking for write-ahead mode again.
+WAL_RETRY_S = 0.05
 
 
 def _current_revision(connection: Connection) -> str | None:
