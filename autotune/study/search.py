@@ -102,6 +102,8 @@ class Search:
         self._grid: list[tuple[dict[str, Any], str]] | None = None
         #: a warm start's configurations (`autotune.study.warm`), queued before sampling
         self.warm: list[WarmConfig] = []
+        #: every one of `warm` is queued or measured (`next_warm`: for good)
+        self._warm_queued = False
         #: run id -> its `stopping.running_ratios`, for the median prune curve
         self._running: dict[int, list[float]] = {}
         #: a local search's centre (its key) -> its neighbours with their keys, in order
@@ -244,9 +246,9 @@ class Search:
     def next_warm(self, study: optuna.Study, index: MeasuredIndex
                   ) -> tuple[str, WarmConfig] | None:
         """The first warm-start configuration not queued, measured or in flight yet, with its
-        label, or None. Reads Optuna's trials only while a warm start is pending: it runs
-        before every search step."""
-        if not self.warm:
+        label, or None. Reads Optuna's trials only until every one is queued (it runs
+        before every search step and race); from then on answers None at once."""
+        if not self.warm or self._warm_queued:
             return None
         queued = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
         for warm in self.warm:
@@ -254,6 +256,8 @@ class Search:
             if label in queued or warm.key in index.runs or warm.key in index.in_flight:
                 continue
             return label, warm
+        self._warm_queued = all(f"{w.study}#{w.trial}" in queued or w.key in index.runs
+                                for w in self.warm)  # both for good; in flight is not
         return None
 
     def _enqueue_local(self, study: optuna.Study, view: StudyView) -> bool:

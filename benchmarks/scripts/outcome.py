@@ -101,7 +101,7 @@ def summary(found: Sequence[float | None], seconds: Sequence[float], defaults: f
     defaults) and which recommended XLA's defaults where `kept`. `worth`: whether the table
     offers a gain worth having (`worth_having`); None: by `defaults` and `optimum` alone."""
     ratios = [defaults if f is None else f for f in found]
-    right = [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
+    right = _right(ratios, optimum)
     sound = sound_seeds(found, defaults, optimum, kept, worth)
     gains = [captured_gain(defaults, optimum, r) for r in ratios]
     known = [g for g in gains if g is not None]
@@ -123,7 +123,12 @@ def sound_seeds(found: Sequence[float | None], defaults: float, optimum: float,
         worth = defaults - optimum >= WORTH * defaults
     if not worth:
         return list(kept)
-    return [(defaults if f is None else f) <= optimum * (1 + RIGHT_WITHIN) for f in found]
+    return _right([defaults if f is None else f for f in found], optimum)
+
+
+def _right(ratios: Sequence[float], optimum: float) -> list[bool]:
+    """Whether each true ratio lies within `RIGHT_WITHIN` of the optimum's."""
+    return [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
 
 
 def paired(mine: Sequence[bool], theirs: Sequence[bool]) -> dict[str, Any]:
