@@ -517,6 +517,18 @@ def test_the_warm_start_benchmark_names_each_pair_in_full_within_80_columns():
         assert row[0] == "3" and row[1].count("%") == 2, done.stdout
     paired = [line for line in lines if "warm only/cold only: 3: " in line]
     assert len(paired) == 2, done.stdout  # each direction says how its seeds split
+    # both tables offer a gain worth having: each direction says how often one was lent
+    assert sum(line.strip().startswith("a right one on ") for line in lines) == 2, done.stdout
+
+
+def test_a_right_configuration_was_lent_where_one_lent_lies_within_two_percent():
+    """`lent_right`: the share of seeds whose lent configurations hold one within 2% of
+    the optimum by the truth (the most any rule over what is lent can be right on)."""
+    warm_start = script("warm_start")
+    optimum = 0.95  # right: at most 0.969
+    assert warm_start.lent_right([[0.99, 0.96], [1.0, None], [], [0.969]], optimum) == 0.5
+    assert warm_start.lent_right([[0.97], [None]], optimum) == 0.0
+    assert script("outcome").right_ratio(0.95 * 1.02, optimum)
 
 
 @pytest.mark.slow

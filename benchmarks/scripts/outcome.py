@@ -128,7 +128,12 @@ def sound_seeds(found: Sequence[float | None], defaults: float, optimum: float,
 
 def _right(ratios: Sequence[float], optimum: float) -> list[bool]:
     """Whether each true ratio lies within `RIGHT_WITHIN` of the optimum's."""
-    return [r <= optimum * (1 + RIGHT_WITHIN) for r in ratios]
+    return [right_ratio(r, optimum) for r in ratios]
+
+
+def right_ratio(ratio: float, optimum: float) -> bool:
+    """Whether a true ratio lies within `RIGHT_WITHIN` of the optimum's: a right answer."""
+    return ratio <= optimum * (1 + RIGHT_WITHIN)
 
 
 def paired(mine: Sequence[bool], theirs: Sequence[bool]) -> dict[str, Any]:
