@@ -463,3 +463,191 @@ def test_an_exhausted_space_waits_for_a_trial_another_process_holds(tmp_path):
     runner.run()
     searched = [r for r in store.runs("one") if r.role is Role.SEARCH]
     assert [r.flags for r in searched] == [flags]  # measured here once it was free
+
+
+# --- the rules one at a time (each kills mutants no study-level test told apart) ----------
+
+
+def _ratio_run(s: Runs, role: Role, ratio: float, fingerprint: str, *, trial: int | None = None,
+               flags: dict | None = None):
+    return s.add(role, flags if flags is not None else {FAST: True}, ratio, trial=trial,
+                 m=program(ratio, fingerprint))
+
+
+def test_a_programs_estimate_follows_each_new_observation():
+    """`observe` drops the cached ratios and pooled ratio: read between observations (the
+    incremental `Pool`), they are those of every process so far."""
+    from autotune.results.evidence import ProgramEvidence
+
+    s = Runs()
+    evidence = ProgramEvidence("A")
+    evidence.observe(_ratio_run(s, Role.SEARCH, 0.8, "A"))
+    assert (evidence.ratios, evidence.ratio) == (pytest.approx([0.8]), pytest.approx(0.8))
+    evidence.observe(_ratio_run(s, Role.RACE, 1.0, "A", trial=0))
+    assert evidence.ratios == pytest.approx([0.8, 1.0])
+    assert evidence.ratio == pytest.approx((0.8 * 1.0) ** 0.5)  # the median of two logs
+
+
+def test_only_paired_processes_with_baseline_steps_enter_a_programs_interval():
+    s = Runs()
+    for ratio in (0.9, 0.92):
+        _ratio_run(s, Role.SEARCH if ratio == 0.9 else Role.RACE, ratio, "A", trial=0)
+    # a third process of A with a stored ratio but no baseline steps of its own
+    s.add(Role.CONFIRM, {FAST: True}, 0.95, trial=0,
+          m=Measurement((0.95,) * 6, 1.0, mode=MeasureMode.PAIRED, fingerprint="A",
+                        baseline_fingerprint="base"))
+    only = pooled(s.runs)[0]
+    assert only.n == 3  # its stored ratio is an observation
+    estimate = only.estimate()
+    assert estimate is not None and estimate.n_processes == 2  # but not a pair to resample
+
+
+def test_a_run_without_its_own_pair_of_step_times_has_no_ratio():
+    from autotune.ground.records import RunRecord, TrialOutcome
+    from autotune.results.evidence import run_ratio
+
+    def run(m: Measurement | None) -> RunRecord:
+        return RunRecord(1, "s", 1, Role.SEARCH, {}, {}, TrialOutcome(OutcomeKind.OK, "", m),
+                         WHEN, None, None)
+
+    assert run_ratio(run(None)) is None
+    direct = Measurement((1.0,) * 6, 1.0, mode=MeasureMode.DIRECT)
+    assert run_ratio(run(direct)) is None  # steps, but no baseline steps beside them
+    no_steps = Measurement((), 1.0, mode=MeasureMode.PAIRED, baseline_step_times_s=(1.0,) * 6)
+    assert run_ratio(run(no_steps)) is None
+    assert run_ratio(run(measurement(0.9))) == pytest.approx(0.9)  # from its steps
+
+
+def test_a_pool_leaves_the_defaults_program_out_unless_asked():
+    from autotune.results.evidence import Pool
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    _ratio_run(s, Role.SEARCH, 0.9, "A")
+    s.add(Role.SEARCH, {LEVEL: 2}, 0.95, m=measurement(0.95, same=True))
+    pool = Pool(s.runs)  # the dashboard's view builds one so
+    for run in s.runs:
+        pool.add(run)
+    assert [p.program for p in pool.ranked()] == ["A"]
+
+
+def test_a_run_that_compiled_the_defaults_program_is_left_out_by_either_sign():
+    """By its fingerprint matching its own baseline's (no baseline run among the runs), or
+    by its fingerprint being the baseline run's (a DIRECT process names no baseline's)."""
+    s = Runs()
+    s.add(Role.SEARCH, {FAST: True}, 0.95, m=Measurement(
+        (0.95,) * 6, 1.0, mode=MeasureMode.PAIRED, baseline_step_times_s=(1.0,) * 6,
+        fingerprint="same", baseline_fingerprint="same"))
+    assert pooled(s.runs) == []
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, m=measurement(1.0, same=True))
+    s.add(Role.SEARCH, {FAST: True}, 0.95,
+          m=Measurement((0.95,) * 6, 1.0, mode=MeasureMode.DIRECT, fingerprint="base"))
+    assert pooled(s.runs) == []
+
+
+def test_a_remeasurement_counts_toward_its_trials_program_and_is_no_member_of_it():
+    """A race or confirmation process of trial N is an observation of trial N's program
+    (even where its process compiled another fingerprint under other spellings of the
+    flags), never one of the configurations behind it."""
+    s = Runs()
+    _ratio_run(s, Role.SEARCH, 0.9, "A")  # trial 0
+    _ratio_run(s, Role.RACE, 0.92, "A-again", trial=0, flags={FAST: True, LEVEL: 3})
+    _ratio_run(s, Role.CONFIRM, 0.94, "A-again", trial=0, flags={FAST: True, LEVEL: 3})
+    found = pooled(s.runs)
+    assert [(p.program, p.n) for p in found] == [("A", 3)]
+    assert [r.role for r in found[0].members] == [Role.SEARCH]
+
+
+def test_a_leader_at_exactly_the_defaults_time_is_not_raced():
+    s = Runs()
+    _ratio_run(s, Role.SEARCH, 1.0, "A")
+    assert race_target(pooled(s.runs)) is None
+
+
+def _lucb_runs(leader: tuple[float, ...], rivals: dict[str, tuple[float, ...]],
+               others: int = 12) -> list:
+    """The leader's processes (one searched, the rest raced), each rival's (all searched,
+    as configurations compiled to one program), and `others` searched programs at 1.05."""
+    s = Runs()
+    _ratio_run(s, Role.SEARCH, leader[0], "L", flags={FAST: True})
+    for i, ratio in enumerate(others * (1.05,)):
+        _ratio_run(s, Role.SEARCH, ratio, f"other{i}", flags={WIDTH: i})
+    for name, ratios in rivals.items():
+        for i, ratio in enumerate(ratios):
+            _ratio_run(s, Role.SEARCH, ratio, name, flags={LEVEL: f"{name}{i}"})
+    for ratio in leader[1:]:
+        _ratio_run(s, Role.RACE, ratio, "L", trial=0, flags={FAST: True})
+    return pooled(s.runs)
+
+
+@pytest.fixture
+def lucb(monkeypatch: pytest.MonkeyPatch):
+    """The lucb rule with a per-process noise of 0.05 (log ratio), whatever the runs say."""
+    from autotune.results import evidence
+
+    monkeypatch.setattr(evidence, "RACE_RULE", "lucb")
+    monkeypatch.setattr(evidence, "process_noise", lambda programs: 0.05)
+    return evidence
+
+
+def test_the_lucb_challenger_is_the_rival_with_the_lowest_lower_bound(lucb):
+    """Leader 0.90 over 3; X one process at 0.95 (lower bound 0.95 e^-0.082, upper
+    0.95 e^0.082) and Y nine at 0.93 (0.93 e^-+0.027). X has the lower lower bound, Y the
+    lower upper bound: the challenger is X, and with fewer processes than the leader it is
+    the one measured. At 0.99, X's lower bound is above Y's: Y is the challenger, and the
+    leader has fewer processes than Y, so the leader is measured."""
+    found = _lucb_runs((0.90, 0.90, 0.90), {"X": (0.95,), "Y": (0.93,) * 9})
+    assert [p.program for p in found[:3]] == ["L", "Y", "X"]
+    assert lucb.race_target(found).program == "X"
+    found = _lucb_runs((0.90, 0.90, 0.90), {"X": (0.99,), "Y": (0.93,) * 9})
+    assert lucb.race_target(found).program == "L"
+
+
+def test_the_lucb_bounds_narrow_with_the_root_of_the_processes(lucb):
+    """Each bound is 1.64 x 0.05 / sqrt(9) = 0.027 (log) from its estimate over 9
+    processes. Leader 0.90 (upper -0.078) and a rival at 0.91 (lower -0.122) overlap by
+    0.044, over the 0.0198 of 2%: raced, and with as many processes each, the leader is
+    measured. A rival at 0.95 (lower -0.079) is told apart. Bounds that widened with the
+    processes (x sqrt(n), 0.246) would overlap there too."""
+    found = _lucb_runs((0.90,) * 9, {"R": (0.91,) * 9})
+    assert lucb.race_target(found).program == "L"  # a tie in processes: the leader
+    assert lucb.race_target(_lucb_runs((0.90,) * 9, {"R": (0.95,) * 9})) is None
+
+
+def test_the_lucb_rule_stops_at_exactly_the_least_gap(lucb, monkeypatch):
+    """Told apart when the leader's upper bound lies at most `RACE_EPSILON` above the
+    challenger's lower bound, that bound included; each bound is one `RACE_Z` wide."""
+    import math
+
+    found = _lucb_runs((0.90,) * 4, {"R": (0.95,) * 4})
+    width = lucb.RACE_Z * 0.05 / 2  # over 4 processes
+    gap = (math.log(0.90) + width) - (math.log(0.95) - width)
+    monkeypatch.setattr(lucb, "RACE_EPSILON", gap)
+    assert lucb.race_target(found) is None
+    monkeypatch.setattr(lucb, "RACE_EPSILON", gap - 1e-9)
+    assert lucb.race_target(found) is not None
+    # bounds twice as wide on either side would still overlap at the least gap
+    monkeypatch.setattr(lucb, "RACE_EPSILON", gap + width * 0.5)
+    assert lucb.race_target(found) is None
+
+
+def test_the_process_noise_pools_every_repeated_programs_spread():
+    """The pooled standard deviation of log ratios over programs timed at least twice:
+    C (once, listed first), A (logs +-0.1: 0.02 over 1 degree of freedom) and B (logs 0.2,
+    0, -0.2: 0.08 over 2): sqrt(0.10 / 3). Exactly 2 degrees of freedom are enough."""
+    import math
+
+    from autotune.results import evidence
+
+    s = Runs()
+    _ratio_run(s, Role.SEARCH, 0.5, "C", flags={WIDTH: 1})
+    for i, log in enumerate((0.1, -0.1)):
+        _ratio_run(s, Role.SEARCH, math.exp(log), "A", flags={LEVEL: i})
+    for i, log in enumerate((0.2, 0.0, -0.2)):
+        _ratio_run(s, Role.SEARCH, math.exp(log), "B", flags={FAST: i})
+    found = pooled(s.runs)
+    assert found[0].program == "C"
+    assert evidence.process_noise(found) == pytest.approx(math.sqrt(0.10 / 3))
+    only_b = [p for p in found if p.program == "B"]
+    assert evidence.process_noise(only_b) == pytest.approx(math.sqrt(0.08 / 2))
