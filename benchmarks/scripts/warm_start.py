@@ -23,10 +23,11 @@ the optimum is at least 3% faster than the defaults, else the defaults kept),
 the median captured gain, the share truly slower than
 the defaults and the median device-seconds, with and without the warm start, and
 the sibling's own share right (a warm start can pass on only what the sibling
-found), the share of seeds on which it lent a right configuration at all (`lent_right`:
-the most any rule over what is lent can be right on), and, seed by seed, how many seeds are sound warm only and cold only:
-where the cold ones outnumber the warm beyond the noise (`outcome.paired`,
-one-sided at 5%) the line says the warm start is behind. Both directions of
+found), the share of seeds on which it lent a right configuration at all
+(`lent_right`: the most any rule over what is lent can be right on), and, seed by
+seed, how many seeds are sound warm only and cold only: where the cold ones
+outnumber the warm beyond the noise (`outcome.paired`, one-sided at 5%) the line
+says the warm start is behind. Both directions of
 each pair are run. Every figure is on report seeds no setting of autotune was
 chosen on.
 """
