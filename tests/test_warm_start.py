@@ -393,3 +393,196 @@ def test_no_warm_start_gives_the_sampler_nothing(tmp_path: Path):
         runner.run()
         trials = optuna.load_study(study_name="new", storage=store.url).trials
         assert not [t for t in trials if "prior" in t.user_attrs]
+
+
+# --- the rules one at a time (each kills mutants no study-level test told apart) ----------
+
+
+def test_the_plan_records_each_lent_configuration_with_its_likeness_to_three_places():
+    from autotune.study.warm import WarmConfig
+
+    lent = WarmConfig("sib", 3, 2.123456, {"a": 1}, "--a=1", confirmed=False)
+    assert lent.to_json() == {"study": "sib", "trial": 3, "likeness": 2.123, "key": "--a=1",
+                              "confirmed": False}
+
+
+def test_the_plan_records_the_priors_once_per_study_they_came_from():
+    from autotune.study.warm import PriorTrial, prior_json
+
+    priors = [PriorTrial("a", 1, 2.34567, {}, 0.9, 2), PriorTrial("b", 4, 1.0, {}, 0.95, 1),
+              PriorTrial("a", 2, 2.34567, {}, 0.97, 2)]
+    assert prior_json(priors) == [
+        {"study": "a", "programs": 2, "likeness": 2.346, "copies": 2},
+        {"study": "b", "programs": 1, "likeness": 1.0, "copies": 1}]
+
+
+def test_a_prior_counts_as_often_as_its_likeness_rounds_to_and_at_least_once():
+    from autotune.study.warm import prior_copies
+
+    assert [prior_copies(x) for x in (0.0, 0.4, 1.6, 2.5, 3.0)] == [1, 1, 2, 2, 3]
+
+
+def test_a_flag_the_catalog_lacks_has_no_xla_default():
+    from autotune.study.warm import xla_default
+
+    default_of = xla_default(CATALOG)
+    assert default_of("xla_cpu_enable_fast_math") is False
+    assert default_of("xla_no_such_flag") is None
+    assert default_of("not_spelled_as_a_flag") is None  # the catalog's get would refuse it
+
+
+def test_likeness_reads_the_collectives_and_shares_nothing_with_an_empty_program():
+    from autotune.ground.records import CollectiveStats
+    from autotune.study.warm import _cosine, _profile
+
+    m = Measurement(step_times_s=(1.0,), compile_time_s=1.0, hlo_stats={"dot": 3},
+                    collectives={"all-reduce": CollectiveStats(count=7, bytes=64)})
+    run = RunRecord(1, "s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, "", m),
+                    WHEN, CPU)
+    import math
+    assert _profile(run) == {"op:dot": pytest.approx(math.log1p(3)),
+                             "collective:all-reduce": pytest.approx(math.log1p(7))}
+    assert _cosine({}, {"op:dot": 1.0}) == 0.0 and _cosine({}, {}) == 0.0
+
+
+def test_a_confirmation_at_exactly_the_defaults_time_is_lent_by_no_study():
+    from autotune.results.confirmation import Confirmation
+    from autotune.rules.stats import RatioEstimate
+    from autotune.study.warm import _faster_confirmed
+
+    def confirmed(ratio: float) -> tuple[RunRecord, Confirmation]:
+        run = RunRecord(1, "s", 1, Role.SEARCH, {"a": 1}, {},
+                        TrialOutcome(OutcomeKind.OK, "", None), WHEN, CPU)
+        return run, Confirmation(1, {"a": 1}, RatioEstimate(ratio, ratio - 0.05, ratio + 0.05,
+                                                             0.95, 4, 80),
+                                 runs=4, failures=0, same_program=False)
+
+    assert _faster_confirmed([confirmed(1.0)]) == []
+    assert len(_faster_confirmed([confirmed(0.99)])) == 1
+
+
+def test_a_study_under_a_memory_budget_lends_and_shows_only_what_fits_it(tmp_path: Path):
+    """A sibling whose every configuration ran over its memory budget recommends none, so
+    it lends nothing and gives the sampler no prior; the same runs without the budget do."""
+    from autotune.study.warm import Donor, _lent, prior_trials
+
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        donor = _sibling(store)
+        record = store.get_study(donor.study_name)
+        runs = store.runs(donor.study_name)
+        study = store.get_study(donor.study_name)
+        assert _lent(Donor(record, runs, 3.0), CATALOG)
+        found = prior_trials([Donor(record, runs, 3.0)], study, SPACE, CATALOG)
+        firsts = {p.first.trial_number for p in pooled_programs(runs)}
+        assert found and {p.trial for p in found} == firsts  # each names the trial it was
+        tight = replace(record, memory_budget_bytes=1)
+        assert _lent(Donor(tight, runs, 3.0), CATALOG) == []
+        assert prior_trials([Donor(tight, runs, 3.0)], study, SPACE, CATALOG) == []
+
+
+def pooled_programs(runs: list[RunRecord]) -> list:
+    from autotune.results.evidence import pooled
+
+    return pooled(runs)
+
+
+def test_a_configuration_maps_onto_a_space_that_fixes_a_flag_it_leaves_out(tmp_path: Path):
+    """What a space fixes is part of every configuration it gives, not a mismatch with the
+    lent flags; XLA's defaults map onto nothing (there is nothing to lend)."""
+    from autotune.study.warm import mapped_params
+
+    path = tmp_path / "fixing.yaml"
+    path.write_text(
+        "schema_version: 1\nname: fixing\ndescription: one param, one fixed flag\n"
+        "backend: cpu\nsources:\n  - document: tests\n    section: warm start\n"
+        "params:\n  xla_cpu_prefer_vector_width:\n    type: categorical\n"
+        "    choices: [128, 256, 512]\n    source: tests\n"
+        "fixed: {xla_cpu_use_xnnpack: false}\nrecommended: {}\n")
+    fixing = load_space(str(path))
+    mapped = mapped_params({"xla_cpu_prefer_vector_width": 512}, fixing, CATALOG)
+    assert mapped is not None
+    assert "xla_cpu_prefer_vector_width=512" in mapped[1]
+    assert "xla_cpu_use_xnnpack=false" in mapped[1]
+    assert mapped_params({}, SPACE, CATALOG) is None
+
+
+def test_each_prior_trial_names_its_study_trial_and_likeness():
+    from autotune.study.warm import PriorTrial, add_priors, mapped_params
+
+    mapped = mapped_params({"xla_cpu_prefer_vector_width": 512}, SPACE, CATALOG)
+    assert mapped is not None
+    study = optuna.create_study()
+    add_priors(study, SPACE, [PriorTrial("sib", 4, 2.34567, mapped[0], 0.9, 2)])
+    assert [t.user_attrs for t in study.trials] == 2 * [
+        {"prior": "sib", "prior_trial": 4, "likeness": 2.346}]
+    assert [t.value for t in study.trials] == [0.9, 0.9]
+
+
+def test_a_studys_baseline_is_its_first_successful_baseline_run():
+    from autotune.study.warm import _baseline
+
+    def run(number: int, role: Role, kind: OutcomeKind) -> RunRecord:
+        m = Measurement(step_times_s=(1.0,), compile_time_s=1.0)
+        return RunRecord(number, "s", number, role, {}, {}, TrialOutcome(kind, "", m), WHEN,
+                         CPU)
+
+    searched = run(1, Role.SEARCH, OutcomeKind.OK)
+    failed = run(2, Role.BASELINE, OutcomeKind.CRASHED)
+    baseline = run(3, Role.BASELINE, OutcomeKind.OK)
+    assert _baseline([searched, failed, baseline]) is baseline
+    assert _baseline([searched, failed]) is None
+
+
+def test_donors_are_every_other_study_the_most_alike_first(tmp_path: Path):
+    """Found whatever the order the studies were made in (the new one first here), none
+    before the new study's baseline ran, and ranked by likeness: the same preset counts."""
+    from autotune.study.warm import donors
+
+    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
+        new = _runner(store, "new", 1, 5)
+        new.run()  # its baseline alone, before any other study exists
+        record = store.get_study("new")
+        assert donors(store, record, []) == []  # no baseline of its own yet
+        no_env = [replace(r, environment=None) for r in store.runs("new")]
+        assert donors(store, record, no_env) == []
+        _sibling(store)
+        plan = StudyPlan.of(name="other-size", space=SPACE, workload=TABLE.workload(ROOT),
+                            trials=3, sampler="random", seed=1, preset="tiny", devices=1)
+        StudyRunner(plan, store, TableLauncher(TABLE, CATALOG, seed=1),
+                    optuna.storages.InMemoryStorage(), facts=CPU).run()
+        found = donors(store, record, store.runs("new"))
+        assert [d.record.name for d in found][-1] == "other-size"
+        assert found[0].likeness > found[-1].likeness
+        assert {d.record.name for d in found} >= {"other-size"} and len(found) == 2
+
+
+def test_a_shrunk_recommendation_is_lent_as_its_minimal_set():
+    """A sibling whose recommendation shrinking took down to the flags that matter lends
+    that set, not the configuration as it was measured (the shrink rules' modelled
+    compiler, `tests/test_shrink_rules.py`, makes the runs)."""
+    from test_shrink_rules import WINNER, drive, timed
+
+    from autotune.study.warm import Donor, _lent
+
+    state, shrunk = drive(WINNER)
+    assert state.done and state.minimal != WINNER  # type: ignore[attr-defined]
+    record = StudyRecord("s", "cpu", "norm-act", "small", 1, MeasureMode.PAIRED, WHEN)
+
+    def confirmed(runs: list[RunRecord]) -> list[RunRecord]:
+        """The runs, then the baseline and 4 confirmation processes of trial 1 at 0.7."""
+        runs = list(runs)
+        for role in (Role.BASELINE, *4 * [Role.CONFIRM]):
+            trial = 0 if role is Role.BASELINE else 1
+            runs.append(RunRecord(len(runs) + 1, "s", trial, role,
+                                  dict(WINNER) if trial else {}, {},
+                                  TrialOutcome(OutcomeKind.OK, "", timed(0.7 if trial else 1.0)),
+                                  WHEN, CPU))
+        assert recommend(runs).recommended  # the premise: trial 1 confirmed
+        return runs
+
+    [lent] = _lent(Donor(record, confirmed(shrunk), 3.0), CATALOG)
+    assert lent == (1, state.minimal, True)  # type: ignore[attr-defined]
+    # shrinking cut short (its compile-only runs, not its timed removals): lent whole
+    partial = [r for r in shrunk if r.role in (Role.SEARCH, Role.FINGERPRINT)]
+    [lent] = _lent(Donor(record, confirmed(partial), 3.0), CATALOG)
+    assert lent == (1, WINNER, True)
