@@ -432,6 +432,8 @@ def test_a_flag_the_catalog_lacks_has_no_xla_default():
 
 
 def test_likeness_reads_the_collectives_and_shares_nothing_with_an_empty_program():
+    import math
+
     from autotune.ground.records import CollectiveStats
     from autotune.study.warm import _cosine, _profile
 
@@ -439,7 +441,6 @@ def test_likeness_reads_the_collectives_and_shares_nothing_with_an_empty_program
                     collectives={"all-reduce": CollectiveStats(count=7, bytes=64)})
     run = RunRecord(1, "s", 0, Role.BASELINE, {}, {}, TrialOutcome(OutcomeKind.OK, "", m),
                     WHEN, CPU)
-    import math
     assert _profile(run) == {"op:dot": pytest.approx(math.log1p(3)),
                              "collective:all-reduce": pytest.approx(math.log1p(7))}
     assert _cosine({}, {"op:dot": 1.0}) == 0.0 and _cosine({}, {}) == 0.0
@@ -464,26 +465,20 @@ def test_a_confirmation_at_exactly_the_defaults_time_is_lent_by_no_study():
 def test_a_study_under_a_memory_budget_lends_and_shows_only_what_fits_it(tmp_path: Path):
     """A sibling whose every configuration ran over its memory budget recommends none, so
     it lends nothing and gives the sampler no prior; the same runs without the budget do."""
+    from autotune.results.evidence import pooled
     from autotune.study.warm import Donor, _lent, prior_trials
 
     with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
         donor = _sibling(store)
         record = store.get_study(donor.study_name)
         runs = store.runs(donor.study_name)
-        study = store.get_study(donor.study_name)
         assert _lent(Donor(record, runs, 3.0), CATALOG)
-        found = prior_trials([Donor(record, runs, 3.0)], study, SPACE, CATALOG)
-        firsts = {p.first.trial_number for p in pooled_programs(runs)}
+        found = prior_trials([Donor(record, runs, 3.0)], record, SPACE, CATALOG)
+        firsts = {p.first.trial_number for p in pooled(runs)}
         assert found and {p.trial for p in found} == firsts  # each names the trial it was
-        tight = replace(record, memory_budget_bytes=1)
+        tight = replace(record, memory_budget_bytes=1)  # every run measured more
         assert _lent(Donor(tight, runs, 3.0), CATALOG) == []
-        assert prior_trials([Donor(tight, runs, 3.0)], study, SPACE, CATALOG) == []
-
-
-def pooled_programs(runs: list[RunRecord]) -> list:
-    from autotune.results.evidence import pooled
-
-    return pooled(runs)
+        assert prior_trials([Donor(tight, runs, 3.0)], record, SPACE, CATALOG) == []
 
 
 def test_a_configuration_maps_onto_a_space_that_fixes_a_flag_it_leaves_out(tmp_path: Path):
