@@ -235,28 +235,25 @@ class Search:
 
     def _enqueue_warm(self, study: optuna.Study, index: MeasuredIndex) -> bool:
         """Queue the next warm-start configuration (`next_warm`); False when none is left."""
-        found = self.next_warm(study, index)
-        if found is None:
+        warm = self.next_warm(study, index)
+        if warm is None:
             return False
-        label, warm = found
         study.enqueue_trial(warm.params, user_attrs={"role": Role.SEARCH.value,
-                                                     "warm_start": label})
+                                                     "warm_start": warm.label})
         return True
 
-    def next_warm(self, study: optuna.Study, index: MeasuredIndex
-                  ) -> tuple[str, WarmConfig] | None:
-        """The first warm-start configuration not queued, measured or in flight yet, with its
-        label, or None. Reads Optuna's trials only until every one is queued (it runs
-        before every search step and race); from then on answers None at once."""
+    def next_warm(self, study: optuna.Study, index: MeasuredIndex) -> WarmConfig | None:
+        """The first warm-start configuration not queued, measured or in flight yet, or
+        None. Reads Optuna's trials only until every one is queued (it runs before every
+        search step and race); from then on answers None at once."""
         if not self.warm or self._warm_queued:
             return None
         queued = {t.user_attrs.get("warm_start") for t in study.get_trials(deepcopy=False)}
         for warm in self.warm:
-            label = f"{warm.study}#{warm.trial}"
-            if label in queued or warm.key in index.runs or warm.key in index.in_flight:
+            if warm.label in queued or warm.key in index.runs or warm.key in index.in_flight:
                 continue
-            return label, warm
-        self._warm_queued = all(f"{w.study}#{w.trial}" in queued or w.key in index.runs
+            return warm
+        self._warm_queued = all(w.label in queued or w.key in index.runs
                                 for w in self.warm)  # both for good; in flight is not
         return None
 

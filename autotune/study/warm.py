@@ -85,6 +85,11 @@ class WarmConfig:
     #: (the study's unconfirmed leader, or a runner-up: `_faster_confirmed`)
     confirmed: bool = True
 
+    @property
+    def label(self) -> str:
+        """`STUDY#TRIAL`: the user attribute `warm_start` its queued Optuna trial carries."""
+        return f"{self.study}#{self.trial}"
+
     def to_json(self) -> dict[str, Any]:
         """What the plan records of it (`PLAN_WARM`)."""
         return {"study": self.study, "trial": self.trial, "likeness": round(self.likeness, 3),
