@@ -292,12 +292,16 @@ def test_export_rank_writes_an_explicit_pick_marked_not_recommended(finished_stu
 
 
 @pytest.mark.slow
-def test_rerunning_the_same_command_continues_the_study(finished_study):
-    again = invoke(*STUDY, "--space", "cpu", "--trials", "3", cwd=finished_study)
+def test_rerunning_the_same_command_continues_the_study(finished_study, tmp_path):
+    import shutil
+
+    # a copy: the other tests read the fixture's three trials, in whatever order they run
+    shutil.copy(finished_study / "autotune.db", tmp_path / "autotune.db")
+    again = invoke(*STUDY, "--space", "cpu", "--trials", "3", cwd=tmp_path)
     assert again.exit_code == 0 and "already holds 3 trials" in again.output
-    more = invoke(*STUDY, "--space", "cpu", "--trials", "4", cwd=finished_study)
+    more = invoke(*STUDY, "--space", "cpu", "--trials", "4", cwd=tmp_path)
     assert more.exit_code == 0, more.output
-    store = Store.open(f"sqlite:///{finished_study / 'autotune.db'}")
+    store = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}")
     runs = store.runs("cpu-matmul-tiny-1dev", roles=[Role.BASELINE, Role.SEARCH])
     numbers = [r.trial_number for r in runs]
     # one more launch; Optuna trials between may be repeats answered from the records
