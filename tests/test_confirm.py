@@ -222,6 +222,39 @@ def test_what_ships_gives_up_a_target_measured_not_faster_on_its_fewest_processe
     assert recommend(store.runs("s")).run is None
 
 
+def test_once_its_targets_are_closed_confirmation_may_take_on_the_next(tmp_path, monkeypatch):
+    """`CONFIRM_MORE`: with its one target given up and none recommendable, sequential
+    confirmation takes on the next configuration in the confirmation order, which the
+    rounds never measured; as shipped (0) it stops and keeps the defaults."""
+    from autotune.results import ranking
+    from autotune.results.ranking import admit_next, recommend
+
+    assert ranking.CONFIRM_MORE == 0
+    runner, store, _ = noisy_study(tmp_path / "off", NOISY_GAIN, NOISY_NONE)
+    runner.confirm(top=1, repeats=2, cap=16)
+    assert _confirmation(store, REAL) is None  # never a target
+    assert not _confirmation(store, LUCKY).recommendable
+    assert recommend(store.runs("s")).run is None
+
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 1)
+    runner, store, replay = noisy_study(tmp_path / "on", NOISY_GAIN, NOISY_NONE)
+    runner.confirm(top=1, repeats=2, cap=16)
+    lucky, real = _confirmation(store, LUCKY), _confirmation(store, REAL)
+    assert lucky.runs < 16 and not lucky.recommendable  # given up before the cap
+    assert real.recommendable and real.runs <= 16
+    assert recommend(store.runs("s")).run.flags == REAL
+    # REAL was taken on after LUCKY was closed: every LUCKY process came first
+    order = [config_key(flags) for flags in replay.launched]
+    assert order.index(config_key(REAL)) > max(
+        i for i, key in enumerate(order) if key == config_key(LUCKY))
+    runs = store.runs("s")
+    search = {config_key(r.flags): r for r in runs if r.role is Role.SEARCH}
+    targets = [search[config_key(LUCKY)]]
+    assert admit_next(runs, targets, 0).flags == REAL
+    assert admit_next(runs, targets, 1) is None  # as many taken on as allowed
+    assert admit_next(runs, [*targets, search[config_key(REAL)]], 0) is None  # one confirmed
+
+
 def test_a_configuration_that_shows_no_gain_hands_over_to_the_next_leader(tmp_path):
     from autotune.results.confirmation import NOT_WORTH, sequential_next
 

@@ -36,6 +36,7 @@ from autotune.results.confirmation import (
 )
 from autotune.results.ranking import (
     _tier_key,
+    admit_next,
     confirmed_order,
     environments,
     find_environment,
@@ -423,6 +424,34 @@ def test_no_gain_ranks_by_its_confirmed_ratio_whatever_the_search_said():
     s.add(Role.SEARCH, {WIDTH: 512}, 0.95, trial=2, m=measurement(0.95, same=True))  # 1.0
     confirmed(s, 3, {LEVEL: 2}, 0.90, [0.92, 1.06, 0.97])  # no gain at 0.97
     assert [run.trial_number for run, _ in confirmed_order(s.runs)] == [3, 2, 1]
+
+
+def test_sequential_confirmation_takes_on_the_next_program_only_while_none_is_recommendable(
+        monkeypatch):
+    """`admit_next`: the first of `to_confirm`'s order that is no target and needs
+    confirming, within the memory budget, up to `CONFIRM_MORE` of them, and none once a
+    target is recommendable."""
+    from autotune.results import ranking
+
+    s = Runs()
+    s.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(1.0, memory=100 * MiB, same=True))
+    s.add(Role.SEARCH, {WIDTH: 512}, 0.60, trial=1, m=measurement(0.6, same=True))  # no-op
+    confirmed(s, 2, {LEVEL: 2}, 0.70, [1.0] * 4)  # the target, confirmed no faster
+    s.add(Role.SEARCH, {FAST: True}, 0.80, trial=3, m=measurement(0.8, memory=300 * MiB))
+    s.add(Role.SEARCH, {LEVEL: 1}, 0.85, trial=4)
+    runs = s.runs
+    target = next(r for r in runs if r.trial_number == 2)
+    assert admit_next(runs, [target], 0) is None  # CONFIRM_MORE 0, as shipped
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 2)
+    # 2 pooled 1.0 now ranks after 3 and 4; the no-op 1 needs no confirming
+    assert admit_next(runs, [target], 0).trial_number == 3  # type: ignore[union-attr]
+    assert admit_next(runs, [target], 0, 250 * MiB).trial_number == 4  # type: ignore[union-attr]
+    assert admit_next(runs, [target], 1).trial_number == 3  # type: ignore[union-attr]
+    assert admit_next(runs, [target], 2) is None  # as many taken on as allowed
+    later = next(r for r in runs if r.trial_number == 3)
+    assert admit_next(runs, [target, later], 1).trial_number == 4  # type: ignore[union-attr]
+    confirmed(s, 5, {FAST: False}, 0.9, [0.9] * 4)  # confirmed worth applying
+    assert admit_next(s.runs, [target, s.runs[-5]], 0) is None
 
 
 def test_the_recommendation_respects_the_memory_budget_and_carries_its_confirmation():

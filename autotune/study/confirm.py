@@ -20,7 +20,7 @@ from autotune.results.confirmation import (
     needs_confirmation,
     sequential_next,
 )
-from autotune.results.ranking import to_confirm
+from autotune.results.ranking import admit_next, to_confirm
 from autotune.study.context import StudyContext
 from autotune.study.plan import ConfirmEvent
 from autotune.study.reap import wait_for_claims, wait_for_search
@@ -66,19 +66,33 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
             break
         runs = ctx.runs()
     if cap > repeats:
-        sequential(ctx, targets, cap, on_run, done, steps)
+        sequential(ctx, targets, cap, on_run, done, steps, repeats)
     return targets
 
 
 def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
                on_run: Callable[[ConfirmEvent], None] | None, done: int,
-               steps: int | None = None) -> None:
+               steps: int | None = None, repeats: int = 2) -> None:
     """Sequential confirmation: measure the leader once more at a time until its interval
     excludes 1.0 (it is recommended), shows no gain worth more (the next leader's turn),
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
-    target is next, and when it ends: `autotune.results.confirmation.sequential_next`.
+    target is next, and when it ends: `autotune.results.confirmation.sequential_next`;
+    once every target is closed with none recommendable, the next configuration in the
+    confirmation order is taken on, up to `autotune.results.ranking.CONFIRM_MORE` (0 as
+    shipped: none), counted in this process; it is measured `repeats` times (the rounds'
+    count) before it is judged.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    while (target := sequential_next(runs := ctx.runs(), targets, cap)) is not None:
+    targets, admitted, taken_on = list(targets), 0, None
+    while True:
+        runs = ctx.runs()
+        if taken_on is not None and len(confirm_runs(runs, taken_on.trial_number)) < repeats:
+            target = taken_on  # its rounds first, as the first targets had theirs
+        elif (target := sequential_next(runs, targets, cap)) is None:
+            target = admit_next(runs, targets, admitted, ctx.plan.memory_budget_bytes)
+            if target is None:
+                return
+            targets.append(target)
+            admitted, taken_on = admitted + 1, target
         raise_if_interrupted()
         number = target.trial_number
         assert number is not None
