@@ -82,9 +82,11 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
     shipped: none), counted in this process; it is measured `repeats` times (the rounds'
     count) before it is judged.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    targets, admitted, taken_on = list(targets), 0, None
+    targets, admitted = list(targets), 0
+    taken_on: RunRecord | None = None
     while True:
         runs = ctx.runs()
+        target: RunRecord | None
         if taken_on is not None and len(confirm_runs(runs, taken_on.trial_number)) < repeats:
             target = taken_on  # its rounds first, as the first targets had theirs
         elif (target := sequential_next(runs, targets, cap)) is None:
