@@ -450,6 +450,8 @@ def test_sequential_confirmation_takes_on_the_next_program_only_while_none_is_re
     assert admit_next(runs, [target], 2) is None  # as many taken on as allowed
     later = next(r for r in runs if r.trial_number == 3)
     assert admit_next(runs, [target, later], 1).trial_number == 4  # type: ignore[union-attr]
+    last = next(r for r in runs if r.trial_number == 4)
+    assert admit_next(runs, [target, later, last], 0) is None  # nothing left to take on
     confirmed(s, 5, {FAST: False}, 0.9, [0.9] * 4)  # confirmed worth applying
     assert admit_next(s.runs, [target, s.runs[-5]], 0) is None
 
