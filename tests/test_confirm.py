@@ -238,7 +238,7 @@ def test_once_its_targets_are_closed_confirmation_may_take_on_the_next(tmp_path,
 
     monkeypatch.setattr(ranking, "CONFIRM_MORE", 1)
     runner, store, replay = noisy_study(tmp_path / "on", NOISY_GAIN, NOISY_NONE)
-    runner.confirm(top=1, repeats=2, cap=16)
+    assert [t.flags for t in runner.confirm(top=1, repeats=2, cap=16)] == [LUCKY, REAL]
     lucky, real = _confirmation(store, LUCKY), _confirmation(store, REAL)
     assert lucky.runs < 16 and not lucky.recommendable  # given up before the cap
     assert real.recommendable and real.runs <= 16

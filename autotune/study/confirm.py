@@ -41,7 +41,8 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
     Waits first for other processes' search trials, so every process confirms
     the same leaders. Configurations over the memory budget are not
     candidates. Runs already made (an interrupted confirmation) count.
-    Returns the configurations confirmed (their search runs).
+    Returns the configurations confirmed (their search runs), those sequential
+    confirmation took on included.
     """
     wait_for_search(ctx)
     runs = ctx.runs()
@@ -79,10 +80,10 @@ def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
     target is next, and when it ends: `autotune.results.confirmation.sequential_next`;
     once every target is closed with none recommendable, the next configuration in the
     confirmation order is taken on, up to `autotune.results.ranking.CONFIRM_MORE` (0 as
-    shipped: none), counted in this process; it is measured `repeats` times (the rounds'
-    count) before it is judged.
+    shipped: none), counted in this process and appended to `targets`; it is measured
+    `repeats` times (the rounds' count) before it is judged.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
-    targets, admitted = list(targets), 0
+    admitted = 0
     taken_on: RunRecord | None = None
     while True:
         runs = ctx.runs()
