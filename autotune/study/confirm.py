@@ -67,13 +67,13 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
             break
         runs = ctx.runs()
     if cap > repeats:
-        sequential(ctx, targets, cap, on_run, done, steps, repeats)
+        sequential(ctx, targets, cap, on_run, done, repeats, steps)
     return targets
 
 
 def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
-               on_run: Callable[[ConfirmEvent], None] | None, done: int,
-               steps: int | None = None, repeats: int = 2) -> None:
+               on_run: Callable[[ConfirmEvent], None] | None, done: int, repeats: int,
+               steps: int | None = None) -> None:
     """Sequential confirmation: measure the leader once more at a time until its interval
     excludes 1.0 (it is recommended), shows no gain worth more (the next leader's turn),
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
