@@ -453,7 +453,8 @@ def test_sequential_confirmation_takes_on_the_next_program_only_while_none_is_re
     last = next(r for r in runs if r.trial_number == 4)
     assert admit_next(runs, [target, later, last], 0) is None  # nothing left to take on
     confirmed(s, 5, {FAST: False}, 0.9, [0.9] * 4)  # confirmed worth applying
-    assert admit_next(s.runs, [target, s.runs[-5]], 0) is None
+    worth = next(r for r in s.runs if r.trial_number == 5 and r.role is Role.SEARCH)
+    assert admit_next(s.runs, [target, worth], 0) is None
 
 
 def test_the_recommendation_respects_the_memory_budget_and_carries_its_confirmation():

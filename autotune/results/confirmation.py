@@ -37,14 +37,15 @@ from autotune.rules.stats import RatioEstimate, paired_ratio, unpaired_ratio
 #: can set it.
 MIN_GAIN = 0.02
 
-#: The fewest successful fresh processes a configuration's confirmation must rest on before it is
-#: recommended. A bootstrap over two processes understates the noise between processes: two drawn
-#: from a program's fast tail confirm a gain it does not have (docs/SEARCH_EVIDENCE.md, Warm start).
-#: Below it, sequential confirmation measures the configuration again. Read when used, so the
-#: benchmarks can set it. Chosen leave one workload out from 1, 3 and 4 (README, Search); again from
-#: 4, 6 and 8 at the cap of 48, where sixteen tables got 8 by one choose seed through the slower
-#: stop's count, which then was this floor; with that count held (`SLOWER_AFTER`), every table left
-#: out gets 4 from 4 and 8.
+#: The fewest successful fresh processes a configuration's confirmation must rest on before
+#: it is recommended. A bootstrap over two processes understates the noise between
+#: processes: two drawn from a program's fast tail confirm a gain it does not have
+#: (docs/SEARCH_EVIDENCE.md, Warm start). Below it, sequential confirmation measures the
+#: configuration again. Read when used, so the benchmarks can set it. Chosen leave one
+#: workload out from 1, 3 and 4 (README, Search); again from 4, 6 and 8 at the cap of 48,
+#: where sixteen tables got 8 by one choose seed through the slower stop's count, which
+#: then was this floor; with that count held (`SLOWER_AFTER`), every table left out gets 4
+#: from 4 and 8.
 MIN_PROCESSES = 4
 
 
@@ -232,22 +233,24 @@ NOT_WORTH = 0.01
 #: gives up one that its cap cannot confirm (`cannot_confirm_by`).
 CONFIRM_STOP = "slower"
 
-#: Under `CONFIRM_STOP` "slower", the fewest processes a target's point estimate must rest on, at or
-#: above 1.0, before the target is given up (until 2026-12-06 it was `MIN_PROCESSES`). Chosen leave
-#: one workload out from 4, 8, 16 and 48 (README, Search): sixteen tables get 8 by one choose seed
-#: of one lj-md table, but left out 8 is nowhere sound more often than 4 and spends up to 1.33 times
-#: the device-seconds, so 4 stays. A noisy workload with a warm start gains from 16
-#: (docs/SEARCH_EVIDENCE.md, Warm start). Read when used, so the benchmarks can set it.
+#: Under `CONFIRM_STOP` "slower", the fewest processes a target's point estimate must rest
+#: on, at or above 1.0, before the target is given up (until 2026-12-06 it was
+#: `MIN_PROCESSES`). Chosen leave one workload out from 4, 8, 16 and 48 (README, Search):
+#: sixteen tables get 8 by one choose seed of one lj-md table, but left out 8 is nowhere
+#: sound more often than 4 and spends up to 1.33 times the device-seconds, so 4 stays. A
+#: noisy workload with a warm start gains from 16 (docs/SEARCH_EVIDENCE.md, Warm start).
+#: Read when used, so the benchmarks can set it.
 SLOWER_AFTER = 4
 
-#: Under `CONFIRM_STOP` "slower", a target not faster over `SLOWER_AFTER` processes is still
-#: measured on while its interval's optimistic end (`low`) lies more than this below 1.0: on a noisy
-#: workload a real gain can measure no faster over a few processes, and its interval then still
-#: reaches it. 1.0: none is kept (the stop as it was until 2026-12-07). Chosen leave one workload
-#: out from 1.0, 0.05 and 0.03 (README, Search): sixteen tables get 0.05, sound as often as 1.0 on
-#: every one left out for up to 1.35 times the device-seconds; lj-md's three get 1.0. It ships for
-#: the warm start on a noisy workload (docs/SEARCH_EVIDENCE.md, Warm start: norm-act tiny right
-#: after 3 processes on 60% of seeds against 35%). Read when used, so the benchmarks can set it.
+#: Under `CONFIRM_STOP` "slower", a target not faster over `SLOWER_AFTER` processes is
+#: still measured on while its interval's optimistic end (`low`) lies more than this below
+#: 1.0: on a noisy workload a real gain can measure no faster over a few processes, and its
+#: interval then still reaches it. 1.0: none is kept (the stop as it was until 2026-12-07).
+#: Chosen leave one workload out from 1.0, 0.05 and 0.03 (README, Search): sixteen tables
+#: get 0.05, sound as often as 1.0 on every one left out for up to 1.35 times the
+#: device-seconds; lj-md's three get 1.0. It ships for the warm start on a noisy workload
+#: (docs/SEARCH_EVIDENCE.md, Warm start: norm-act tiny right after 3 processes on 60% of
+#: seeds against 35%). Read when used, so the benchmarks can set it.
 SLOWER_REACH = 0.05
 
 

@@ -47,11 +47,11 @@ from autotune.spaces import Space
 #: configurations it queues (`warm_configs`).
 WARM_FROM = 3
 
-#: How many configurations each earlier study lends a warm start (`_lent`): the one it recommends
-#: (or its unconfirmed leader), then the next its confirmation measured faster than XLA's defaults.
-#: A sibling's best is often not the new workload's, while one of its runners-up is
-#: (docs/SEARCH_EVIDENCE.md, Warm start: 3 against 1, chosen on two pairs of siblings and borne out
-#: on the other six). Read when used, so the benchmarks can set it.
+#: How many configurations each earlier study lends a warm start (`_lent`): the one it
+#: recommends (or its unconfirmed leader), then the next its confirmation measured faster
+#: than XLA's defaults. A sibling's best is often not the new workload's, while one of its
+#: runners-up is (docs/SEARCH_EVIDENCE.md, Warm start: 3 against 1, chosen on two pairs of
+#: siblings and borne out on the other six). Read when used, so the benchmarks can set it.
 LEND_EACH = 3
 
 #: Whether every configuration a warm start queues is measured once before the search's
