@@ -428,15 +428,14 @@ def test_the_dashboard_shows_the_pooled_figure_of_a_raced_program(tmp_path):
     assert "search incumbent:" in page  # the note, as under `best`
 
 
-def test_an_exhausted_space_waits_for_a_trial_another_process_holds(tmp_path):
+def test_an_exhausted_space_waits_for_a_trial_another_process_holds(tmp_path, monkeypatch):
     """A space of one configuration, which another process holds (a worker that then
     dies, its claim released): the study does not end on 'the space looks exhausted'
     with nothing measured; it waits, then measures the configuration itself."""
-    import threading
-
     import yaml
 
     from autotune.flags.compose import config_key
+    from autotune.study import reap as reap_module
 
     table = ReplayTable.load(NORM_ACT)
     ratios = table.ratios()
@@ -458,11 +457,26 @@ def test_an_exhausted_space_waits_for_a_trial_another_process_holds(tmp_path):
     _, held = store.claim("one", runner.ctx.env_key, config_key(flags), Role.SEARCH, flags,
                           None, ("another-host", 4242))
     assert held is not None
-    # that worker dies after the sampler has proposed the held configuration 100 times
-    threading.Timer(8.0, store.release, args=(held.id,)).start()
+    # that worker dies while the study waits for it (once the sampler has proposed the
+    # held configuration MAX_REPEATED_PROPOSALS times): the wait's first reap releases it
+    waits, released = [], []
+    real_wait, real_reap = reap_module.wait_for_claims, reap_module.reap
+
+    def wait_for_claims(ctx, roles):
+        waits.append(roles)
+        return real_wait(ctx, roles)
+
+    def holder_dies(ctx):
+        if waits and not released:
+            released.append(store.release(held.id))
+        return real_reap(ctx)
+
+    monkeypatch.setattr(reap_module, "POLL_S", 0.01)
+    monkeypatch.setattr(reap_module, "wait_for_claims", wait_for_claims)
+    monkeypatch.setattr(reap_module, "reap", holder_dies)
     runner.run()
     searched = [r for r in store.runs("one") if r.role is Role.SEARCH]
-    assert [r.flags for r in searched] == [flags]  # measured here once it was free
+    assert released and [r.flags for r in searched] == [flags]  # measured once it was free
 
 
 # --- the rules one at a time (each kills mutants no study-level test told apart) ----------

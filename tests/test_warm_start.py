@@ -8,7 +8,8 @@ mapped onto its space, records where it came from, and says so in `best`'s notes
 
 from __future__ import annotations
 
-from dataclasses import replace
+import tempfile
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -69,13 +70,44 @@ def _sibling(store: Store, facts: Environment = CPU) -> RunRecord:
     raise AssertionError("no seed of 20 confirmed a configuration on norm-act")
 
 
+@dataclass(frozen=True)
+class SiblingCopy:
+    """A database holding one searched and confirmed sibling (`_sibling`), as a closed
+    SQLite file's bytes, and where its recommendation is."""
+
+    data: bytes
+    study: str
+    run_id: int
+
+    def at(self, path: Path) -> str:
+        """Write a copy of the database at `path`; returns its URL."""
+        path.write_bytes(self.data)
+        return f"sqlite:///{path}"
+
+    def donor(self, store: Store) -> RunRecord:
+        """The sibling's recommended run, read from a copy of the database."""
+        return next(r for r in store.runs(self.study) if r.id == self.run_id)
+
+
+@pytest.fixture(scope="session")
+def sibling() -> SiblingCopy:
+    """`_sibling` searched and confirmed once per test process, before any test patches a
+    constant: the tests that begin with a confirmed sibling start from copies of it."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "sibling.db"
+        with Store.open(f"sqlite:///{path}") as store:  # closed: its log written back
+            donor = _sibling(store)
+        return SiblingCopy(path.read_bytes(), donor.study_name, donor.id)
+
+
 def _key(flags: dict) -> str:
     return config_key(effective_config(flags, CATALOG))
 
 
-def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: Path):
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        donor = _sibling(store)
+def test_a_new_study_begins_with_its_siblings_confirmed_configuration(
+        sibling: SiblingCopy, tmp_path: Path):
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
+        donor = sibling.donor(store)
         runner = _runner(store, "new", 4, 99)
         runner.run()
         runs = [r for r in store.runs("new") if r.role is Role.SEARCH]
@@ -96,7 +128,7 @@ def test_a_new_study_begins_with_its_siblings_confirmed_configuration(tmp_path: 
 
 
 def test_every_lent_configuration_is_measured_before_the_leader_is_raced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        sibling: SiblingCopy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`LENT_BEFORE_RACE`: with a budget of the baseline and the lent configurations, each
     lent one is measured; without it, the first (measured faster than the defaults) was
     raced and the budget ran out before the last was measured."""
@@ -109,8 +141,7 @@ def test_every_lent_configuration_is_measured_before_the_leader_is_raced(
                 if r.role in (Role.BASELINE, Role.SEARCH, Role.RACE)]
         return [r.role for r in runs], {_key(dict(r.flags)) for r in runs}, lent
 
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        _sibling(store)
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
         probe = _runner(store, "probe", 1, 5)
         probe.run()
         lent = len(probe.warm_start())
@@ -131,7 +162,7 @@ def test_every_lent_configuration_is_measured_before_the_leader_is_raced(
 
 
 def test_a_lent_configuration_is_timed_whole_and_a_sampled_one_may_be_pruned(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        sibling: SiblingCopy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`PRUNE_LENT` False: one noisy process must not overturn a sibling's evidence, so the
     search process of a lent configuration carries no prune limit; a sampled one does
     once there is a best to prune against. True: the lent ones after the first do too."""
@@ -160,8 +191,7 @@ def test_a_lent_configuration_is_timed_whole_and_a_sampled_one_may_be_pruned(
         assert len(lent) == len(drawn) > 1 and sampled
         return lent, sampled
 
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        _sibling(store)
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
         lent, sampled = limits("whole")
         assert lent == [(None, None)] * len(lent)
         assert any(v != (None, None) for v in sampled)
@@ -192,25 +222,26 @@ def _runners_up(store: Store, donor: RunRecord) -> list[tuple[str, int | None]]:
 
 
 def test_a_sibling_lends_only_its_recommendation_when_it_lends_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        sibling: SiblingCopy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import autotune.study.warm as warm
 
     monkeypatch.setattr(warm, "LEND_EACH", 1)
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        donor = _sibling(store)
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
+        donor = sibling.donor(store)
         runner = _runner(store, "new", 4, 99)
         runner.run()
         assert [(w.study, w.trial, w.confirmed) for w in runner.warm_start()] == [
             (donor.study_name, donor.trial_number, True)]
 
 
-def test_a_sibling_that_weighs_memory_too_lends_no_runners_up(tmp_path: Path):
+def test_a_sibling_that_weighs_memory_too_lends_no_runners_up(sibling: SiblingCopy,
+                                                             tmp_path: Path):
     """Runners-up are lent for being faster: a study that also minimises memory ranks
     otherwise, so it lends at most what it recommends."""
     from autotune.study.warm import Donor, _lent
 
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        donor = _sibling(store)
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
+        donor = sibling.donor(store)
         record = store.get_study(donor.study_name)
         runs = store.runs(donor.study_name)
         assert len(_lent(Donor(record, runs, 3.0), CATALOG)) > 1
@@ -303,7 +334,8 @@ def test_likeness_ranks_the_same_workload_and_program_first():
     assert 1.9 < family < 2.0 and other == 0.0
 
 
-def test_recommend_names_what_the_databases_confirmed_studies_agree_on(tmp_path: Path):
+def test_recommend_names_what_the_databases_confirmed_studies_agree_on(
+        sibling: SiblingCopy, tmp_path: Path):
     """`autotune recommend`: the flags the confirmed studies of a device kind recommend, as
     an export document `load_config` reads, with the evidence; XLA's defaults for a shape
     no study confirmed anything on."""
@@ -314,9 +346,9 @@ def test_recommend_names_what_the_databases_confirmed_studies_agree_on(tmp_path:
     from autotune.api.config import load_config
     from autotune.results.export import export_document
 
-    url = f"sqlite:///{tmp_path / 'learned.db'}"
+    url = sibling.at(tmp_path / "learned.db")
     with Store.open(url) as store:
-        donor = _sibling(store)
+        donor = sibling.donor(store)
         exported = export_document(store.get_study(donor.study_name),
                                    store.runs(donor.study_name), CATALOG)
     done = invoke("recommend", "--device-kind", "cpu", "--mesh", "1", "--storage", url,
@@ -350,13 +382,13 @@ def _tpe_runner(store: Store, name: str, trials: int, seed: int, **options: obje
                        store.url, facts=CPU)
 
 
-def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(tmp_path: Path):
+def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(
+        sibling: SiblingCopy, tmp_path: Path):
     from autotune.ground.records import PLAN_PRIOR
     from autotune.results.evidence import pooled
     from autotune.study.warm import prior_copies
 
-    with Store.open(f"sqlite:///{tmp_path / 'prior.db'}") as store:
-        _sibling(store)
+    with Store.open(sibling.at(tmp_path / "prior.db")) as store:
         (sibling,) = [s for s in store.list_studies()]
         runner = _tpe_runner(store, "new", 5, 3)
         runner.run()
@@ -386,9 +418,8 @@ def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(tmp
         assert len([t for t in trials if "prior" in t.user_attrs]) == len(prior)
 
 
-def test_no_warm_start_gives_the_sampler_nothing(tmp_path: Path):
-    with Store.open(f"sqlite:///{tmp_path / 'cold.db'}") as store:
-        _sibling(store)
+def test_no_warm_start_gives_the_sampler_nothing(sibling: SiblingCopy, tmp_path: Path):
+    with Store.open(sibling.at(tmp_path / "cold.db")) as store:
         runner = _tpe_runner(store, "new", 4, 3, warm_start=False)
         runner.run()
         trials = optuna.load_study(study_name="new", storage=store.url).trials
@@ -462,14 +493,15 @@ def test_a_confirmation_at_exactly_the_defaults_time_is_lent_by_no_study():
     assert len(_faster_confirmed([confirmed(0.99)])) == 1
 
 
-def test_a_study_under_a_memory_budget_lends_and_shows_only_what_fits_it(tmp_path: Path):
+def test_a_study_under_a_memory_budget_lends_and_shows_only_what_fits_it(
+        sibling: SiblingCopy, tmp_path: Path):
     """A sibling whose every configuration ran over its memory budget recommends none, so
     it lends nothing and gives the sampler no prior; the same runs without the budget do."""
     from autotune.results.evidence import pooled
     from autotune.study.warm import Donor, _lent, prior_trials
 
-    with Store.open(f"sqlite:///{tmp_path / 'warm.db'}") as store:
-        donor = _sibling(store)
+    with Store.open(sibling.at(tmp_path / "warm.db")) as store:
+        donor = sibling.donor(store)
         record = store.get_study(donor.study_name)
         runs = store.runs(donor.study_name)
         assert _lent(Donor(record, runs, 3.0), CATALOG)
