@@ -38,13 +38,19 @@ def __getattr__(name: str) -> type[Study]:
     raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
+def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Config:
     """Read and validate a file that `autotune export` wrote (see `autotune.api.config`).
+
+    With `check` (the default) the installed XLA is asked whether it knows each
+    `XLA_FLAGS` flag (a probe child, cached per jaxlib and flag set); `check=False`
+    reads the file alone.
 
     Raises:
         autotune.ground.errors.ConfigFileError: the file is missing, unreadable, not an
-            export, of another schema version, or sets a flag the catalog does not know.
+            export, of another schema version, sets a flag that is neither in the catalog
+            nor spelled like an XLA flag, or (with `check`) one the installed XLA does
+            not know.
     """
     from autotune.api.config import load_config as load
 
-    return load(path)
+    return load(path, check=check)

@@ -94,6 +94,7 @@ def test_a_flag_this_xla_does_not_know_is_refused_by_all_four_paths_in_the_same_
     # the file check alone (no XLA) lets it through: only the XLA knows
     assert invoke("spaces", "validate", str(_space(tmp_path, TYPO)), "--no-xla",
                   cwd=tmp_path).exit_code == 0
+    assert autotune.load_config(export, check=False).flags == {TYPO: True}
 
 
 def test_a_value_this_xla_cannot_parse_is_refused_for_an_open_flag(tmp_path):
