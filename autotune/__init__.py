@@ -46,10 +46,12 @@ def load_config(path: str | os.PathLike[str], *, check: bool = True) -> Config:
     reads the file alone.
 
     Raises:
-        autotune.ground.errors.ConfigFileError: the file is missing, unreadable, not an
-            export, of another schema version, sets a flag that is neither in the catalog
-            nor spelled like an XLA flag, or (with `check`) one the installed XLA does
-            not know.
+        autotune.ground.errors.ConfigFileError: the file is missing or unreadable, is
+            neither YAML nor JSON, is not an export, holds another schema version, sets a
+            flag that is neither in the catalog nor spelled like an XLA flag or a value
+            the catalog does not allow, or (with `check`) a flag or value the installed
+            XLA does not accept.
+        autotune.flags.probe.ProbeError: with `check`, jax cannot be started to answer.
     """
     from autotune.api.config import load_config as load
 

@@ -92,7 +92,10 @@ class SiblingCopy:
 @pytest.fixture(scope="session")
 def sibling() -> SiblingCopy:
     """`_sibling` searched and confirmed once per test process, before any test patches a
-    constant: the tests that begin with a confirmed sibling start from copies of it."""
+    constant: the tests that begin with a confirmed sibling start from copies of it.
+    Coverage (mutmut's map of tests to code) credits the search to the first test that
+    asks for the fixture, so `test_a_copy_of_the_sibling_holds_its_confirmed_recommendation`
+    comes first and checks what the search left."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "sibling.db"
         with Store.open(f"sqlite:///{path}") as store:  # closed: its log written back
@@ -102,6 +105,15 @@ def sibling() -> SiblingCopy:
 
 def _key(flags: dict) -> str:
     return config_key(effective_config(flags, CATALOG))
+
+
+def test_a_copy_of_the_sibling_holds_its_confirmed_recommendation(
+        sibling: SiblingCopy, tmp_path: Path):
+    with Store.open(sibling.at(tmp_path / "copy.db")) as store:
+        donor = sibling.donor(store)
+        rec = recommend(store.runs(sibling.study))
+        assert rec.recommended and rec.run is not None and rec.run.id == donor.id
+        assert donor.role is Role.SEARCH and donor.flags  # a configuration, not the defaults
 
 
 def test_a_new_study_begins_with_its_siblings_confirmed_configuration(
@@ -389,28 +401,28 @@ def test_the_siblings_programs_are_given_to_the_sampler_once_as_prior_trials(
     from autotune.study.warm import prior_copies
 
     with Store.open(sibling.at(tmp_path / "prior.db")) as store:
-        (sibling,) = [s for s in store.list_studies()]
+        (donor_study,) = [s for s in store.list_studies()]
         runner = _tpe_runner(store, "new", 5, 3)
         runner.run()
         trials = optuna.load_study(study_name="new", storage=store.url).trials
         prior = [t for t in trials if "prior" in t.user_attrs]
-        programs = pooled([r for r in store.runs(sibling.name)])
+        programs = pooled([r for r in store.runs(donor_study.name)])
         copies = prior_copies(prior[0].user_attrs["likeness"])
         assert len(prior) == copies * len(programs) > 0  # every program maps onto this space
         assert {round(t.value, 9) for t in prior} == {round(p.ratio, 9) for p in programs}
-        assert all(t.user_attrs["prior"] == sibling.name and "role" not in t.user_attrs
+        assert all(t.user_attrs["prior"] == donor_study.name and "role" not in t.user_attrs
                    for t in prior)
         from autotune.results.importance import compared_trials
         assert not [t for t in compared_trials(trials) if "prior" in t.user_attrs]
         # none is a run of this study, none counts toward --trials
         assert len([r for r in store.runs("new") if r.role in (Role.SEARCH, Role.RACE)]) == 4
         record = store.get_study("new")
-        assert record.plan[PLAN_PRIOR] == [{"study": sibling.name, "programs": len(programs),
+        assert record.plan[PLAN_PRIOR] == [{"study": donor_study.name, "programs": len(programs),
                                             "likeness": prior[0].user_attrs["likeness"],
                                             "copies": copies}]
         notes = [n.text for n in study_notes(record, store.runs("new"), [])
                  if n.kind == "warm_start"]
-        assert any(f"{len(programs)} of '{sibling.name}'" in text for text in notes)
+        assert any(f"{len(programs)} of '{donor_study.name}'" in text for text in notes)
         # another process of the study (or a resumed one) adds none again
         again = _tpe_runner(store, "new", 6, 4)
         again.run()
