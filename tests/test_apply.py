@@ -139,7 +139,8 @@ def test_another_machine_is_one_warning_line_per_difference(tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
         "warning: measured with device count 8, this machine has 2: the measured speedup "
-        "may not hold here",
+        "may not hold here (a CPU's devices are what XLA_FLAGS gives the job: "
+        "--xla_force_host_platform_device_count=8 as the study had)",
         f"warning: measured with jax 0.0.1, this machine has {version('jax')}: the measured "
         "speedup may not hold here"]
 

@@ -215,6 +215,11 @@ def _database_failure(exc: BaseException, storage: object = None) -> AutotuneErr
     return database_failure(found[0], mask_url(storage) if isinstance(storage, str) else "")
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, plural unless `n` is 1: "1 device", "8 devices"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def fmt_bytes(n: int | None) -> str:
     """Bytes as the read model writes them (`results.notes.size_text`)."""
     from autotune.results.notes import size_text

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from autotune.cli._common import fmt_bytes, literal, out, say
+from autotune.cli._common import counted, fmt_bytes, literal, out, say
 from autotune.cli.results import print_best
 from autotune.ground.errors import AutotuneError
 from autotune.ground.proc import raise_if_interrupted
@@ -39,8 +39,12 @@ class _Lines(service.Watcher):
 
     def confirming(self, count: int, repeats: int) -> None:
         what = "the best configuration" if count == 1 else f"the best {count} configurations"
-        say(f"confirming {what}: {repeats} fresh processes each, interleaved with the "
-            "baseline")
+        say(f"confirming {what}: {repeats} fresh processes each (those the search's races "
+            "measured count), interleaved with the baseline")
+
+    def finished_before(self) -> None:
+        say("its confirmation and what follows ended in an earlier run: nothing to "
+            "measure again (`autotune confirm STUDY` confirms again)")
 
     def nothing_to_confirm(self) -> None:
         say("nothing to confirm: the search measured no configuration beside XLA's "
@@ -84,10 +88,11 @@ def lines() -> service.Watcher:
     return _Lines()
 
 
-def finish(runner: StudyRunner, after: AfterSearch) -> None:
-    """After the search: confirm, shrink and PGLE as `after` asks (one line per run), then
-    print the best table."""
-    service.finish(runner, after, _Lines())
+def finish(runner: StudyRunner, after: AfterSearch, *, again: bool = False) -> None:
+    """After the search: confirm, shrink and PGLE as `after` asks (one line per run; a study
+    that finished them as asked measures nothing more unless `again`), then print the best
+    table."""
+    service.finish(runner, after, _Lines(), again=again)
     print_best(runner.store, runner.plan.name, limit=10)
 
 
@@ -140,8 +145,8 @@ def run_with_progress(runner: Any, plan: Any, *, until_done: bool = False,
     choice = runner.choice
     o = plan.options
     say(f"{who}study '{literal(plan.name)}': {literal(plan.workload.name)} ({o.preset}, "
-        f"{o.devices} devices) on space '{literal(plan.space_name)}', {remaining} trials "
-        f"to run, {plan.mode.value} timing; minimising "
+        f"{counted(o.devices, 'device')}) on space '{literal(plan.space_name)}', "
+        f"{remaining} trials to run, {plan.mode.value} timing; minimising "
         f"{','.join(o.value for o in plan.objectives)} with {choice.name}"
         + (f" ({literal(choice.reason)})" if choice.reason else "")
         + (f", memory budget {fmt_bytes(plan.memory_budget_bytes)}"
@@ -172,7 +177,7 @@ def _print_fit(fit: Any) -> None:
 def _print_summary(summary: Any) -> None:
     """Say what was not launched: repeated proposals answered from records, an early stop."""
     if summary.reused:
-        say(f"{summary.reused} proposals repeated a configuration already measured "
+        say(f"{counted(summary.reused, 'proposal')} repeated a configuration already measured "
             "(same effective flags): their results were reused, not re-measured")
     if summary.stopped:
         say(f"stopped early: {literal(summary.stopped)}")

@@ -168,7 +168,10 @@ def _compare_machine(loaded: Config, report: ProbeReport, job_env: Mapping[str, 
     for fact, value in there.items():
         if value is not None and here[fact] is not None and str(value) != str(here[fact]):
             _warn(f"measured with {fact} {value}, this machine has {here[fact]}: "
-                  "the measured speedup may not hold here")
+                  "the measured speedup may not hold here"
+                  + (f" (a CPU's devices are what XLA_FLAGS gives the job: "
+                     f"--{_DEVICE_COUNT_FLAG}={value} as the study had)"
+                     if fact == "device count" and report.backend == "cpu" else ""))
 
 
 def _check_backend(loaded: Config, backend: str, force: bool) -> None:

@@ -15,6 +15,7 @@ from autotune.cli._common import (
     TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
+    counted,
     fmt_bytes,
     fmt_flags,
     literal,
@@ -83,7 +84,7 @@ def benchmarks_list(
     table = Table(width=TABLE_WIDTH)
     table.add_column("benchmark", no_wrap=True,  # never cut a name
                      min_width=max((len(info.name) for info in infos), default=9))
-    table.add_column(f"collectives (tiny, {devices} devices)", overflow="fold")
+    table.add_column(f"collectives (tiny, {counted(devices, 'device')})", overflow="fold")
     table.add_column("description", overflow="fold", ratio=1)
     for info, found in rows:
         shown = literal(found) if isinstance(found, str) else "\n".join(

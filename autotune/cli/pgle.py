@@ -15,6 +15,7 @@ from autotune.cli._common import (
     TABLE_WIDTH,
     FormatOpt,
     OutputFormat,
+    counted,
     err,
     literal,
     out,
@@ -87,7 +88,8 @@ def _print(body: dict[str, Any]) -> None:
         return "-" if value is None else f"{value * 1e3:.3f} ms"
 
     times, runs = body["step_time_s"], body["runs"]
-    rows = [("workload", f"{body['workload']} ({body['preset']}, {body['devices']} devices)"),
+    devices = counted(body["devices"], "device")
+    rows = [("workload", f"{body['workload']} ({body['preset']}, {devices})"),
             ("mode", str(body["mode"])),
             ("profile", body["profile"] or "(JAX keeps it)")]
     if body["profile_costs"] is not None:

@@ -17,6 +17,7 @@ from autotune.cli._common import (
     FormatOpt,
     OutputFormat,
     StorageOpt,
+    counted,
     fmt_bytes,
     fmt_flags,
     literal,
@@ -342,8 +343,8 @@ def studies(storage: StorageOpt = DEFAULT_STORAGE,
         trials = f"{row['counted']}/{row['target']}" if row["target"] else str(row["counted"])
         print_record(literal(row["name"]), f"{row['state']}; space {literal(row['space'])}, "
                      f"{literal(row['benchmark'])} ({literal(row['preset'])}, "
-                     f"{row['devices']} devices); trials {trials}, runs {row['runs']}; "
-                     f"created {row['created'][:16].replace('T', ' ')}")
+                     f"{counted(row['devices'], 'device')}); trials {trials}, "
+                     f"runs {row['runs']}; created {row['created'][:16].replace('T', ' ')}")
     if not rows:
         say("no studies in this database yet")
 

@@ -172,4 +172,4 @@ def confirm(
     _progress.finish(runner, replace(
         after, confirm=top or after.confirm or 3, confirm_repeats=repeats or after.confirm_repeats,
         shrink=after.shrink if shrink is None else shrink,
-        pgle=after.pgle if pgle is None else pgle))
+        pgle=after.pgle if pgle is None else pgle), again=True)

@@ -38,8 +38,6 @@ from autotune.spaces.relations import check_conditions, check_groups, check_reco
 from autotune.spaces.schema import SCHEMA_VERSION, SpaceFile, allowed_keys
 from autotune.spaces.space import Group, Space
 
-_EXAMPLE_HINT = "See search_spaces/gpu-collectives.yaml for a complete example."
-
 
 def spaces_dir() -> Path:
     """The folder of the built-in search spaces."""
@@ -47,6 +45,14 @@ def spaces_dir() -> Path:
         return data_dir("search_spaces")
     except FileNotFoundError as exc:
         raise AutotuneError(str(exc)) from exc
+
+
+def _example_hint() -> str:
+    """Where a complete space file is: the built-in gpu-collectives, as installed."""
+    try:
+        return f"See {spaces_dir() / 'gpu-collectives.yaml'} for a complete example."
+    except AutotuneError:
+        return "`autotune spaces show gpu-collectives` shows a complete space."
 
 
 def list_spaces() -> list[str]:
@@ -149,7 +155,7 @@ def _validate_shape(data: Any, source: str) -> SpaceFile:
         what = "empty" if data is None else f"{_shape_name(data)}, not a mapping"
         raise SpaceValidationError(
             f"{source}:1: (top level): the file is {what}. A search space is a mapping that "
-            f"starts with schema_version: {SCHEMA_VERSION}. {_EXAMPLE_HINT}")
+            f"starts with schema_version: {SCHEMA_VERSION}. {_example_hint()}")
     _raise_first(source, data, list(_duplicates(data, ())))
     _raise_first(source, data, _check_version(data))
     try:
@@ -195,13 +201,13 @@ def _from_pydantic(error: Any) -> Problem:
         return Problem(loc, f"unknown key '{loc[-1]}'",
                        f"{guess}Allowed keys here: {', '.join(allowed)}.")
     if kind == "missing":
-        return Problem(loc, f"required key '{loc[-1]}' is missing", _EXAMPLE_HINT, rank=1)
+        return Problem(loc, f"required key '{loc[-1]}' is missing", _example_hint(), rank=1)
     if loc and loc[-1] == "[key]":
         return Problem(loc[:-1], f"the key {loc[-2]!r} must be a string", "Quote it.")
     message = str(error["msg"]).removeprefix("Value error, ")
     if kind != "value_error":
         message += f", got {_short(error.get('input'))}"
-    return Problem(loc, message, _EXAMPLE_HINT)
+    return Problem(loc, message, _example_hint())
 
 
 def _short(value: Any) -> str:

@@ -206,18 +206,22 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin, ViewsMixin):
             if key not in (study.plan or {}):
                 study.plan = {**(study.plan or {}), key: [dict(d) for d in drawn]}
 
-    def mark_finished(self, name: str, trials: int) -> None:
+    def mark_finished(self, name: str, trials: int,
+                      after: dict[str, Any] | None = None) -> None:
         """Note that the phases after the search (confirmation, shrinking, PGLE) ended for a
-        study of `trials` trials (`plan["finished"]`: the trials and when, UTC): a study
-        asked for more trials since is not done.
+        study of `trials` trials (`plan["finished"]`: the trials, when, UTC, and `after`,
+        what those phases were asked, where given): a study asked for more trials since
+        is not done.
 
         Raises:
             StudyNotFoundError: no study called `name`.
         """
+        finished: dict[str, Any] = {"trials": trials, "at": utcnow().isoformat()}
+        if after is not None:
+            finished["after"] = dict(after)
         with self._session() as session:
             study = self._study_row(session, name)
-            study.plan = {**(study.plan or {}),
-                          PLAN_FINISHED: {"trials": trials, "at": utcnow().isoformat()}}
+            study.plan = {**(study.plan or {}), PLAN_FINISHED: finished}
 
     @asked_again
     def get_study(self, name: str) -> StudyRecord:

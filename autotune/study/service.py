@@ -9,9 +9,10 @@ reaches them through a `Watcher`.
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
-from autotune.ground.records import Environment
+from autotune.ground.records import PLAN_FINISHED, Environment
 from autotune.launch.launcher import SubprocessLauncher
 from autotune.results.shrink import Shrink
 from autotune.storage.store import Store
@@ -29,6 +30,9 @@ class Watcher:
 
     def confirming(self, count: int, repeats: int) -> None:
         """Confirmation starts: the best `count` configurations, `repeats` processes each."""
+
+    def finished_before(self) -> None:
+        """The phases after the search ended in an earlier run, as asked now: nothing to do."""
 
     def nothing_to_confirm(self) -> None:
         """The search measured no configuration beside XLA's defaults: nothing to confirm."""
@@ -65,16 +69,39 @@ def open_runner(plan: StudyPlan, store: Store, facts: Environment | None) -> Stu
     return StudyRunner(plan, store, launcher, store.url, facts=facts)
 
 
-def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None) -> None:
+def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None, *,
+           again: bool = False) -> None:
     """After the search: confirm the best `after.confirm`, shrink the recommendation and run
     the PGLE phase, as `after` asks (nothing for a study of memory alone); then, when the
     search holds all its trials, note the study finished (`Store.mark_finished`: its
     state is `done` until it is asked for more trials); last, keep its page for readers
-    (`publish_page`)."""
-    _after_search(runner, after, watcher or Watcher())
-    if runner.remaining() == 0:
-        runner.store.mark_finished(runner.plan.name, runner.plan.trials)
+    (`publish_page`).
+
+    A study that finished those phases for as many trials, asked the same `after`, is
+    left as it is (`Watcher.finished_before`) unless `again` (`autotune confirm`): a
+    re-run of the command that finished it measures nothing more. Confirmation's targets
+    are the leaders as the runs stand, and its own runs move them, so confirming again
+    would measure configurations the finished study did not (a re-run of the quick
+    start confirmed a fifth configuration in four new processes).
+    """
+    watch = watcher or Watcher()
+    if not again and finished_as(runner, after):
+        watch.finished_before()
+    else:
+        _after_search(runner, after, watch)
+        if runner.remaining() == 0:
+            runner.store.mark_finished(runner.plan.name, runner.plan.trials, asdict(after))
     publish_page(runner.store, runner.plan.name)
+
+
+def finished_as(runner: StudyRunner, after: AfterSearch) -> bool:
+    """Whether the study's phases after the search ended (`Store.mark_finished`) for at least
+    its plan's trials, asked `after` (a study finished before autotune kept `after` counts
+    as asked the same)."""
+    finished = (runner.store.get_study(runner.plan.name).plan or {}).get(PLAN_FINISHED) or {}
+    trials = finished.get("trials")
+    return (isinstance(trials, int) and trials >= runner.plan.trials
+            and finished.get("after", asdict(after)) == asdict(after))
 
 
 def publish_page(store: Store, name: str) -> bool:
