@@ -7,11 +7,14 @@ later one, as a lucky search process does.
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 from outcomes import paired_outcome
 from test_shrink_rules import FAST, WIDTH
 
+from autotune.api.pool import Pool, _Served
 from autotune.ground.records import PLAN_FINISHED, MeasureMode, Role
 from autotune.launch.launcher import TrialRequest
 from autotune.launch.replay import ReplayLauncher, config_key
@@ -88,13 +91,27 @@ def test_a_study_that_finished_measures_nothing_more_when_its_command_runs_again
     assert again.said == ["finished before"]
     assert store.get_study("s").plan[PLAN_FINISHED] == record.plan[PLAN_FINISHED]
 
-    # asked for more (another `after`), or with `again` (`autotune confirm`), it confirms
-    # the leader as the runs stand now: STEADY, which the finished study never confirmed
+    # with `again` (`autotune confirm`, here with a cap that is as off as 0) it confirms
+    # the leader as the runs stand now: STEADY, which the finished study never confirmed;
+    # the study keeps what it was asked, so its own command still finds it done
+    assert finish(runner, replace(AFTER, confirm_max=1), again=True) is True
+    assert launcher.launched[2:] == [STEADY, STEADY]
+    assert store.get_study("s").plan[PLAN_FINISHED]["after"] == record.plan[PLAN_FINISHED][
+        "after"]
+    assert finish(runner, AFTER) is False and len(launcher.launched) == 4
+    # asked for another `after`, it runs the phases as asked: STEADY's third round
     finish(runner, AfterSearch(confirm=1, confirm_repeats=3, shrink=False, confirm_max=0))
-    assert launcher.launched[2:] == [STEADY] * 3
-    finish(runner, AfterSearch(confirm=2, confirm_repeats=3, shrink=False, confirm_max=0),
-           again=True)
-    assert launcher.launched[5:] == [LUCKY]
+    assert launcher.launched[4:] == [STEADY]
+
+
+def test_what_the_study_was_asked_is_compared_option_by_option_as_kept(tmp_path):
+    runner, store, launcher = searched(tmp_path)
+    kept = asdict(AFTER)
+    del kept["confirm_steps"]  # as if `AfterSearch` had gained it since the study finished
+    store.mark_finished("s", 2, kept)
+    assert finish(runner, AFTER) is False and launcher.launched == []
+    store.mark_finished("s", 2, {**kept, "gone": 1})  # an option autotune no longer has
+    assert finish(runner, AFTER) is True and launcher.launched == [LUCKY, LUCKY]
 
 
 def test_a_study_finished_before_autotune_kept_what_it_was_asked_counts_as_asked_the_same(
@@ -109,7 +126,19 @@ def test_a_study_finished_before_autotune_kept_what_it_was_asked_counts_as_asked
 
 def test_a_study_asked_for_more_trials_than_it_finished_runs_its_phases_again(tmp_path):
     runner, store, launcher = searched(tmp_path)
-    store.mark_finished("s", 1, {"confirm": 1})
-    finish(runner, AfterSearch(confirm=1, confirm_repeats=2, shrink=False, confirm_max=0))
+    store.mark_finished("s", 1, asdict(AFTER))
+    finish(runner, AFTER)
     assert launcher.launched == [LUCKY, LUCKY]
     assert store.get_study("s").plan[PLAN_FINISHED]["trials"] == 2
+
+
+def test_a_pool_joins_afresh_a_study_it_finds_done_as_it_joined_it(tmp_path, monkeypatch):
+    # listed open (its recipe asks for more trials since) but done as this worker's plan
+    # has it: the worker measures nothing, says it had no work, and joins it afresh next
+    runner, store, launcher = searched(tmp_path)
+    finish(runner, AFTER)
+    monkeypatch.setattr(runner, "prepare", lambda: None)  # the study `searched` made is bare
+    pool = Pool(store.url)
+    pool._served["s"] = _Served(SimpleNamespace(after=AFTER), runner)  # type: ignore[arg-type]
+    assert pool._step("s", pool._served["s"], None, None) is False
+    assert "s" not in pool._served and len(launcher.launched) == 2

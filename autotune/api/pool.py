@@ -132,8 +132,12 @@ class Pool:
                 return True  # measured, and failed: the study's state says so now
         if runner.others_searching():
             return False
-        finish(runner, served.joined.after, watcher)
-        return True
+        if finish(runner, served.joined.after, watcher):
+            return True
+        # done as joined, though listed open: its recipe may ask for more trials now, which
+        # the plan joined before does not know; join it afresh on the next pass
+        self._served.pop(name).runner.close()
+        return False
 
     def close(self) -> None:
         """Close every study's runner and the database."""

@@ -77,9 +77,12 @@ class Study:
             confirm_max: int | None = None, confirm_steps: int | None = None,
             on_trial: Callable[[TrialEvent], None] | None = None,
             on_confirm: Callable[[ConfirmEvent], None] | None = None,
-            on_shrink: Callable[[ShrinkEvent], None] | None = None) -> RunSummary:
+            on_shrink: Callable[[ShrinkEvent], None] | None = None,
+            again: bool = False) -> RunSummary:
         """Measure the trials still to run, then confirm the best `confirm` configurations
-        `confirm_repeats` times each and shrink the recommendation (as `autotune study`);
+        `confirm_repeats` times each and shrink the recommendation (as `autotune study`;
+        a study that finished these phases for its trials, asked the same, measures
+        nothing more after its search unless `again`, as `autotune confirm`);
         with `pgle` K, measure the best K again with a PGLE profile each
         (`StudyRunner.pgle`), `confirm_repeats` processes each; `confirm_max` caps
         sequential confirmation (0: off), and `confirm_steps` sets the timed steps of each
@@ -104,7 +107,7 @@ class Study:
             after = AfterSearch.of(plan.options, confirm=confirm,
                                    confirm_repeats=confirm_repeats, shrink=shrink, pgle=pgle,
                                    confirm_max=confirm_max, confirm_steps=confirm_steps)
-            finish(runner, after, _callbacks(on_confirm, on_shrink))
+            finish(runner, after, _callbacks(on_confirm, on_shrink), again=again)
         finally:
             runner.close()
         return summary

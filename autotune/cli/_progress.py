@@ -43,8 +43,8 @@ class _Lines(service.Watcher):
             "measured count), interleaved with the baseline")
 
     def finished_before(self) -> None:
-        say("its confirmation and what follows ended in an earlier run: nothing to "
-            "measure again (`autotune confirm STUDY` confirms again)")
+        say("the phases after this study's search have ended: nothing more to measure "
+            "(`autotune confirm STUDY` confirms again)")
 
     def nothing_to_confirm(self) -> None:
         say("nothing to confirm: the search measured no configuration beside XLA's "

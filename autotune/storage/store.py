@@ -210,17 +210,18 @@ class Store(RunsMixin, ClaimsMixin, ArtifactsMixin, ViewsMixin):
                       after: dict[str, Any] | None = None) -> None:
         """Note that the phases after the search (confirmation, shrinking, PGLE) ended for a
         study of `trials` trials (`plan["finished"]`: the trials, when, UTC, and `after`,
-        what those phases were asked, where given): a study asked for more trials since
-        is not done.
+        what those phases were asked; None keeps the `after` noted before, if any): a
+        study asked for more trials since is not done.
 
         Raises:
             StudyNotFoundError: no study called `name`.
         """
-        finished: dict[str, Any] = {"trials": trials, "at": utcnow().isoformat()}
-        if after is not None:
-            finished["after"] = dict(after)
         with self._session() as session:
             study = self._study_row(session, name)
+            before = (study.plan or {}).get(PLAN_FINISHED) or {}
+            finished: dict[str, Any] = {"trials": trials, "at": utcnow().isoformat()}
+            if (kept := before.get("after") if after is None else dict(after)) is not None:
+                finished["after"] = kept
             study.plan = {**(study.plan or {}), PLAN_FINISHED: finished}
 
     @asked_again

@@ -70,7 +70,7 @@ def open_runner(plan: StudyPlan, store: Store, facts: Environment | None) -> Stu
 
 
 def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = None, *,
-           again: bool = False) -> None:
+           again: bool = False) -> bool:
     """After the search: confirm the best `after.confirm`, shrink the recommendation and run
     the PGLE phase, as `after` asks (nothing for a study of memory alone); then, when the
     search holds all its trials, note the study finished (`Store.mark_finished`: its
@@ -82,26 +82,35 @@ def finish(runner: StudyRunner, after: AfterSearch, watcher: Watcher | None = No
     re-run of the command that finished it measures nothing more. Confirmation's targets
     are the leaders as the runs stand, and its own runs move them, so confirming again
     would measure configurations the finished study did not (a re-run of the quick
-    start confirmed a fifth configuration in four new processes).
+    start confirmed a fifth configuration in four new processes). With `again` the
+    study keeps the `after` it finished with, so that its own command, run again,
+    still finds it done.
+
+    Returns:
+        True when the phases ran, False when the study was done as asked.
     """
     watch = watcher or Watcher()
-    if not again and finished_as(runner, after):
-        watch.finished_before()
-    else:
+    ran = again or not finished_as(runner, after)
+    if ran:
         _after_search(runner, after, watch)
-        if runner.remaining() == 0:
-            runner.store.mark_finished(runner.plan.name, runner.plan.trials, asdict(after))
+        if runner.remaining() == 0:  # `again` keeps what the study itself was asked
+            runner.store.mark_finished(runner.plan.name, runner.plan.trials,
+                                       None if again else asdict(after))
+    else:
+        watch.finished_before()
     publish_page(runner.store, runner.plan.name)
+    return ran
 
 
 def finished_as(runner: StudyRunner, after: AfterSearch) -> bool:
     """Whether the study's phases after the search ended (`Store.mark_finished`) for at least
-    its plan's trials, asked `after` (a study finished before autotune kept `after` counts
+    its plan's trials, asked `after`: each option kept then equal to `after`'s (an option
+    added to `AfterSearch` since, or a study finished before autotune kept `after`, counts
     as asked the same)."""
     finished = (runner.store.get_study(runner.plan.name).plan or {}).get(PLAN_FINISHED) or {}
-    trials = finished.get("trials")
+    trials, kept, asked = finished.get("trials"), finished.get("after") or {}, asdict(after)
     return (isinstance(trials, int) and trials >= runner.plan.trials
-            and finished.get("after", asdict(after)) == asdict(after))
+            and all(key in asked and asked[key] == value for key, value in kept.items()))
 
 
 def publish_page(store: Store, name: str) -> bool:
