@@ -609,3 +609,13 @@ def test_importing_spaces_and_flags_loads_neither_jax_nor_optuna():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_file_that_is_no_space_points_at_an_example_that_exists():
+    with pytest.raises(SpaceValidationError) as caught:
+        load_space_text("just a string\n", "mine.yaml")
+    message = str(caught.value)
+    assert message.startswith("mine.yaml:1: (top level): the file is a single str value")
+    example = Path(message.split("See ", 1)[1].removesuffix(" for a complete example."))
+    assert example.is_absolute() and example.is_file()  # found from any folder
+    assert load_space(str(example)).name == "gpu-collectives"

@@ -527,7 +527,7 @@ def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
     """Each finding: its flag's whole name and kind on a line (never cut), what is wrong
     and the fix under it; then one line: flags checked, findings, how many abort a job
     (`Finding.would_abort`: unknown flags, values XLA rejects, wrong-channel flags...)."""
-    checked = _count(count, "flag") + f" checked against jaxlib {jaxlib}"
+    checked = counted(count, "flag") + f" checked against jaxlib {jaxlib}"
     if not findings:
         out.print(f"{checked}: no findings", highlight=False)
         return
@@ -537,10 +537,5 @@ def _print_findings(findings: list[Any], count: int, jaxlib: str) -> None:
         say(f"    {literal(f.message)}")
         say(f"    fix: {literal(f.fix)}")
     aborting = sum(f.would_abort for f in findings)  # wrong-channel flags included
-    out.print(f"{checked}: {_count(len(findings), 'finding')}, {aborting} of which would "
+    out.print(f"{checked}: {counted(len(findings), 'finding')}, {aborting} of which would "
               "abort the job at start", highlight=False)
-
-
-def _count(n: int, noun: str) -> str:
-    """`1 flag`, `2 flags`."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
