@@ -5,6 +5,7 @@ on hand-made tables and on a committed one."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -243,6 +244,58 @@ def test_a_longer_confirmation_is_served_from_the_tables_runs_of_that_length():
     # a confirmation process of 160 steps costs more than one of the table's 20
     assert answer.device_seconds - answer.trace.device_seconds[-1] > \
         short.device_seconds - short.trace.device_seconds[-1]
+
+
+def _identification_table(tmp_path: Path, fast: list[float], rival: list[float]) -> Path:
+    """A table of three programs: XLA's defaults (1.0), a fast one whose two configurations
+    recorded `fast` between them (the last process the second's) and a rival (`rival`);
+    the fast one's truth is the table's optimum."""
+    def run(ratio: float) -> dict:
+        return {"status": "ok", "message": "", "step_times_s": [0.01 * ratio] * 4,
+                "baseline_step_times_s": [0.01] * 4}
+
+    doc = {"schema_version": 1, "kind": "autotune-replay-table", "benchmark": "matmul",
+           "preset": "tiny", "devices": 1, "space": "benchmarks/tables/cpu-table.yaml",
+           "configurations": 4, "distinct": 4, "repeats": 2, "steps": 4,
+           "entries": [{"flags": {}, "runs": [run(1.0)] * 2, "program": "d"},
+                       {"flags": {LEVEL: 1}, "runs": [run(r) for r in fast[:-1]],
+                        "program": "p"},
+                       # another configuration of the fast program: one program, not two
+                       {"flags": {LEVEL: 2}, "runs": [run(fast[-1])], "program": "p"},
+                       {"flags": {LEVEL: 0}, "runs": [run(r) for r in rival], "program": "q"}]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_identification_counts_the_draws_that_rank_a_right_program_first(tmp_path, capsys):
+    """Each program timed n times, ranked by the median of its log ratios: the share of
+    draws whose first k programs hold one within 2% of the optimum."""
+    check = script("identification")
+    # the fast program's truth (median of 0.80, 0.84 and 1.5) is 0.84; the rival's 0.90
+    path = _identification_table(tmp_path, [0.80, 1.5, 0.84], [0.90])
+    check.main([str(path), "--draws", "1,3", "--top", "1,2", "--seeds", "2000", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["draws"] == [1, 3] and doc["top"] == [1, 2] and doc["seeds"] == 2000
+    [row] = doc["tables"]
+    assert (row["programs"], row["right"]) == (3, 1)  # two configurations, one program
+    assert row["optimum"] == pytest.approx(0.84) and row["defaults"] == pytest.approx(1.0)
+    assert row["processes"] == {"1": 3, "3": 9}
+    # one process: the fast program is first unless its 1.5 is drawn (a third of draws),
+    # and then it is last (1.5 against the defaults' 1.0 and the rival's 0.90)
+    assert row["shares"]["1"]["1"] == pytest.approx(2 / 3, abs=0.04)
+    assert row["shares"]["1"]["2"] == pytest.approx(2 / 3, abs=0.04)
+    # all three processes: its median, 0.84, is first on every draw
+    assert row["shares"]["3"] == {"1": 1.0, "2": 1.0}
+    # over the fast program's three processes and the defaults' two (no spread): 3 degrees
+    logs = [math.log(r) for r in (0.80, 0.84, 1.5)]
+    mean = sum(logs) / 3
+    assert row["noise"] == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in logs) / 3))
+    check.main([str(path), "--draws", "1", "--top", "1", "--seeds", "10"])
+    text = capsys.readouterr().out
+    assert "t.json: 3 programs, 1 right" in text and "n=1 (  3 processes)  top 1" in text
+    with pytest.raises(SystemExit):
+        check.main([str(path), "--seeds", "0"])
 
 
 def test_the_truth_check_sets_a_tables_short_truth_beside_its_long_runs(tmp_path, capsys):
