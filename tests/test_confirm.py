@@ -225,11 +225,12 @@ def test_what_ships_gives_up_a_target_measured_not_faster_on_its_fewest_processe
 def test_once_its_targets_are_closed_confirmation_may_take_on_the_next(tmp_path, monkeypatch):
     """`CONFIRM_MORE`: with its one target given up and none recommendable, sequential
     confirmation takes on the next configuration in the confirmation order, which the
-    rounds never measured; as shipped (0) it stops and keeps the defaults."""
+    rounds never measured; with 0 it stops and keeps the defaults."""
     from autotune.results import ranking
     from autotune.results.ranking import recommend
 
-    assert ranking.CONFIRM_MORE == 0
+    assert ranking.CONFIRM_MORE == 6  # as shipped
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 0)
     runner, store, _ = noisy_study(tmp_path / "off", NOISY_GAIN, NOISY_NONE)
     runner.confirm(top=1, repeats=2, cap=16)
     assert _confirmation(store, REAL) is None  # never a target
@@ -247,6 +248,48 @@ def test_once_its_targets_are_closed_confirmation_may_take_on_the_next(tmp_path,
     order = [config_key(flags) for flags in replay.launched]
     assert order.index(config_key(REAL)) > max(
         i for i, key in enumerate(order) if key == config_key(LUCKY))
+
+
+#: a configuration truly about 2.5% faster, measured tightly: its interval lies below 0.98
+SMALL_GAIN = [0.975, 0.974, 0.976, 0.975, 0.974, 0.976, 0.975, 0.975]
+
+
+def test_a_real_gain_under_the_estimated_floor_is_closed_and_the_next_taken_on(
+        tmp_path, monkeypatch):
+    """`POINT_GAIN`: a target whose interval clears 1 - `MIN_GAIN` but whose estimate does
+    not clear 1 - `POINT_GAIN` is no recommendation and is measured no further; with
+    `CONFIRM_MORE` the next configuration is taken on and confirmed; without, the defaults
+    are kept and the reason names both floors."""
+    from autotune.results import confirmation, ranking
+    from autotune.results.ranking import recommend
+
+    assert (confirmation.POINT_GAIN, ranking.CONFIRM_MORE) == (0.03, 6)  # as shipped
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.0)
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 0)
+    runner, store, _ = noisy_study(tmp_path / "off", NOISY_GAIN, SMALL_GAIN)
+    runner.confirm(top=1, repeats=2, cap=16)
+    small = _confirmation(store, LUCKY)
+    assert small.recommendable and small.estimate.high < 0.98 < small.estimate.ratio + 0.01
+    assert recommend(store.runs("s")).run.flags == LUCKY
+
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.03)
+    runner, store, _ = noisy_study(tmp_path / "floor", NOISY_GAIN, SMALL_GAIN)
+    runner.confirm(top=1, repeats=2, cap=16)
+    small = _confirmation(store, LUCKY)
+    # closed once its interval cleared 0.98, well before the cap: the estimate stays above 0.97
+    assert small.runs < 16 and small.estimate.high < 0.98 <= small.estimate.ratio + 0.01
+    assert not small.recommendable and small.verdict() == "estimated less than 3.0% faster"
+    assert _confirmation(store, REAL) is None  # never a target
+    rec = recommend(store.runs("s"))
+    assert rec.run is None
+    assert "confirmed at least 2.0% faster (3.0% by its estimate) than XLA's" in rec.reason
+
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 1)
+    runner, store, _ = noisy_study(tmp_path / "more", NOISY_GAIN, SMALL_GAIN)
+    assert [t.flags for t in runner.confirm(top=1, repeats=2, cap=16)] == [LUCKY, REAL]
+    assert _confirmation(store, LUCKY).runs == small.runs
+    assert _confirmation(store, REAL).recommendable
+    assert recommend(store.runs("s")).run.flags == REAL
 
 
 def test_a_configuration_that_shows_no_gain_hands_over_to_the_next_leader(tmp_path):
@@ -290,8 +333,11 @@ def test_a_round_held_by_a_dead_process_is_taken_over_not_skipped(searched):
 def test_a_gain_below_the_least_worth_applying_is_measured_on_then_not_recommended(
         tmp_path, monkeypatch):
     """`MIN_GAIN`: an interval below 1.0 but not below 1 - MIN_GAIN is no recommendation;
-    sequential confirmation goes on measuring it (it may yet prove the gain) until its cap."""
+    sequential confirmation goes on measuring it (it may yet prove the gain) until its cap.
+    (The estimate's own floor, `POINT_GAIN`, has a test of its own: off here.)"""
     from autotune.results import confirmation
+
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.0)
     from autotune.results.ranking import recommend
     from autotune.rules.stats import RatioEstimate
 

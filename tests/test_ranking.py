@@ -153,6 +153,38 @@ def test_a_gain_is_worth_applying_only_when_its_whole_interval_is_below_1_less_m
     assert not short.recommendable
 
 
+@pytest.mark.parametrize(("ratio", "point", "worth", "verdict"), [
+    (0.9699, 0.03, True, "faster"),
+    (0.97, 0.03, False, "estimated less than 3.0% faster"),  # the bound itself is not below
+    (0.975, 0.03, False, "estimated less than 3.0% faster"),
+    (0.975, 0.0, True, "faster"),  # as shipped: the interval alone
+])
+def test_a_gain_is_worth_applying_only_when_its_estimate_is_below_1_less_point_gain(
+        monkeypatch, ratio, point, worth, verdict):
+    from autotune.results import confirmation
+
+    monkeypatch.setattr(confirmation, "POINT_GAIN", point)
+    est = estimate(ratio, ratio - 0.01, 0.979)  # the interval below 1 - MIN_GAIN
+    assert worth_applying(est) is worth
+    c = Confirmation(1, {FAST: True}, est, runs=4, failures=0)
+    assert (c.verdict(), c.worth_gain, c.recommendable) == (verdict, worth, worth)
+
+
+def test_the_floor_in_words_names_the_estimated_gain_only_where_it_asks_more(monkeypatch):
+    from autotune.results import confirmation
+
+    assert confirmation.floor_text() == "at least 2.0% faster (3.0% by its estimate)"
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.0)
+    assert confirmation.floor_text() == "at least 2.0% faster"
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.03)
+    assert confirmation.floor_text() == "at least 2.0% faster (3.0% by its estimate)"
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.02)  # asks nothing the interval does not
+    assert confirmation.floor_text() == "at least 2.0% faster"
+    monkeypatch.setattr(confirmation, "MIN_GAIN", 0.0)
+    monkeypatch.setattr(confirmation, "POINT_GAIN", 0.0)
+    assert confirmation.floor_text() == "faster"
+
+
 # --- confirmation from stored runs ------------------------------------------------------------
 
 
@@ -372,8 +404,8 @@ def test_a_faster_configuration_that_broke_the_numerics_guard_is_never_recommend
 
 
 @pytest.mark.parametrize(("cands", "why"), [
-    ([0.9, 1.1, 1.0], "no configuration was confirmed at least 2.0% faster than XLA's "
-                      "defaults (the best confirmed, trial 1: ×1.000"),
+    ([0.9, 1.1, 1.0], "no configuration was confirmed at least 2.0% faster (3.0% by its "
+                      "estimate) than XLA's defaults (the best confirmed, trial 1: ×1.000"),
     ([1.2, 1.2, 1.2], "trial 1: ×0.833 [0.833, 0.833] slower"),
 ])
 def test_without_a_confirmed_gain_the_recommendation_is_xlas_defaults(cands, why):
@@ -441,7 +473,9 @@ def test_sequential_confirmation_takes_on_the_next_program_only_while_none_is_re
     s.add(Role.SEARCH, {LEVEL: 1}, 0.85, trial=4)
     runs = s.runs
     target = next(r for r in runs if r.trial_number == 2)
-    assert admit_next(runs, [target], 0) is None  # CONFIRM_MORE 0, as shipped
+    assert ranking.CONFIRM_MORE == 6  # as shipped
+    monkeypatch.setattr(ranking, "CONFIRM_MORE", 0)
+    assert admit_next(runs, [target], 0) is None
     monkeypatch.setattr(ranking, "CONFIRM_MORE", 2)
     # 2 pooled 1.0 now ranks after 3 and 4; the no-op 1 needs no confirming
     assert admit_next(runs, [target], 0).trial_number == 3  # type: ignore[union-attr]
@@ -552,7 +586,8 @@ def test_the_reasons_read_exactly():
     gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
     assert recommend(gainless.runs).reason == (
-        "no configuration was confirmed at least 2.0% faster than XLA's defaults (the best "
+        "no configuration was confirmed at least 2.0% faster (3.0% by its estimate) than "
+        "XLA's defaults (the best "
         "confirmed, trial 1: ×1.000 [1.000, 1.000] no measurable gain over 3 fresh "
         "processes): keep XLA's defaults")
 
@@ -564,6 +599,9 @@ def test_without_a_least_gain_the_reason_asks_only_for_faster(monkeypatch):
     gainless = Runs()
     gainless.add(Role.BASELINE, {}, 1.0, trial=0, m=measurement(same=True))
     confirmed(gainless, 1, {FAST: True}, 0.5, [1.0, 1.0, 1.0])
+    assert recommend(gainless.runs).reason.startswith(
+        "no configuration was confirmed faster (3.0% by its estimate) than XLA's defaults")
+    monkeypatch.setattr(rules, "POINT_GAIN", 0.0)
     assert recommend(gainless.runs).reason.startswith(
         "no configuration was confirmed faster than XLA's defaults (the best confirmed, ")
 
@@ -609,7 +647,8 @@ def test_the_no_gain_reason_cites_a_confirmed_program_other_than_the_defaults():
     confirmed(s, 1, {FAST: True}, 0.5, [1.2, 1.2, 1.2])
     assert confirmed_order(s.runs)[0][0].trial_number == 0
     assert recommend(s.runs).reason == (
-        "no configuration was confirmed at least 2.0% faster than XLA's defaults (the best "
+        "no configuration was confirmed at least 2.0% faster (3.0% by its estimate) than "
+        "XLA's defaults (the best "
         "confirmed, trial 1: ×0.833 [0.833, 0.833] slower in 3 processes): keep XLA's "
         "defaults")
 

@@ -154,14 +154,14 @@ def to_confirm(runs: list[RunRecord], memory_budget: int | None = None) -> list[
 
 
 #: How many more configurations sequential confirmation takes on, one at a time, once
-#: every target it has is closed (confirmed not worth more, given up, or at the cap) and
-#: none is recommendable (`admit_next`; each is measured its rounds' count first). 0, what
-#: ships: none. Chosen leave one workload out from 0 and 6 (README, Search): seventeen
-#: tables of nineteen get 0. With 6, lj-md small and norm-act tiny are right on 90% and
-#: 80% of the report seeds (75% and 70% with 0), but conv and AVX2 norm-act tiny keep the
-#: defaults on 85% (100% and 95%), for up to 2.2 times the device-seconds. Read when
-#: used, so the benchmarks can set it.
-CONFIRM_MORE = 0
+#: every target it has is closed (confirmed not worth more, given up, at the cap, or
+#: confirmed with an estimate short of `confirmation.POINT_GAIN`) and none is
+#: recommendable (`admit_next`; each is measured its rounds' count first). Chosen leave one
+#: workload out with `POINT_GAIN` from 0 and 6 (README, Search, 2026-12-07): sixteen
+#: tables of nineteen get 6 with `POINT_GAIN` 0.03, lj-md's three 0 and 0 (a tie with 0
+#: and 0.03). Without `POINT_GAIN`, 6 confirmed conv's real 2.2% and was not picked.
+#: Read when used, so the benchmarks can set it.
+CONFIRM_MORE = 6
 
 
 def admit_next(runs: list[RunRecord], targets: Sequence[RunRecord], admitted: int,
@@ -322,8 +322,7 @@ def _no_gain_reason(order: Order, runs: list[RunRecord]) -> str:
         return ("every confirmed configuration compiled to XLA's default program: keep "
                 "XLA's defaults")
     run, c = others[0]
-    floor = _confirmation.MIN_GAIN
-    faster = f"at least {floor:.1%} faster" if floor > 0 else "faster"
+    faster = _confirmation.floor_text()
     said = verdict_text(c)  # its processes once: a verdict of too few names them already
     if not _confirmation.names_its_processes(c.verdict(), c.good_runs):
         said += f" over {c.good_runs} fresh processes"

@@ -198,11 +198,10 @@ def _check(state: Shrink, removals: list[Removal], current: dict[str, FlagValue]
         return _with(state, removals=removals, minimal=current, check=estimate)
     kept = [Removal(r.flag, r.value, r.effect, r.effect is not Effect.NOT_SLOWER, r.estimate)
             for r in removals]
-    floor = f"{confirmation.MIN_GAIN:.1%}"
     return _with(state, removals=kept, minimal=program_only,
-                 note=f"the smaller set was not confirmed at least {floor} faster than XLA's "
-                      "defaults on its own: the flags whose removal did not measurably slow "
-                      "it stay")
+                 note=f"the smaller set was not confirmed {confirmation.floor_text()} than "
+                      "XLA's defaults on its own: the flags whose removal did not measurably "
+                      "slow it stay")
 
 
 def _timed_removal(name: str, value: FlagValue, timed: list[RunRecord]) -> Removal:
