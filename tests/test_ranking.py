@@ -157,7 +157,7 @@ def test_a_gain_is_worth_applying_only_when_its_whole_interval_is_below_1_less_m
     (0.9699, 0.03, True, "faster"),
     (0.97, 0.03, False, "estimated less than 3.0% faster"),  # the bound itself is not below
     (0.975, 0.03, False, "estimated less than 3.0% faster"),
-    (0.975, 0.0, True, "faster"),  # as shipped: the interval alone
+    (0.975, 0.0, True, "faster"),  # without the estimate's floor: the interval alone
 ])
 def test_a_gain_is_worth_applying_only_when_its_estimate_is_below_1_less_point_gain(
         monkeypatch, ratio, point, worth, verdict):

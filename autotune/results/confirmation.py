@@ -123,13 +123,13 @@ class Confirmation:
 
     @property
     def worth_gain(self) -> bool:
-        """The whole interval lies below 1 - `MIN_GAIN`, over `enough_runs`: a gain worth
-        applying."""
+        """`worth_applying` (the whole interval below 1 - `MIN_GAIN`, the estimate below
+        1 - `POINT_GAIN`), over `enough_runs`: a gain worth applying."""
         return worth_applying(self.estimate) and self.enough_runs
 
     @property
     def recommendable(self) -> bool:
-        """Confirmed faster by at least `MIN_GAIN` (the whole interval) and every run passed
+        """Confirmed worth applying (`worth_gain`) and every run passed
         the numerics guard: the only configurations autotune recommends over XLA's defaults."""
         return self.worth_gain and not self.same_program and self.numerics_failures == 0
 
@@ -333,7 +333,8 @@ def sequential_next(runs: list[RunRecord], targets: list[RunRecord], cap: int
     None when confirmation is done.
 
     A target is open while its interval does not lie wholly below 1 - `MIN_GAIN` or rests
-    on fewer than `MIN_PROCESSES` processes (it is not yet confirmed worth applying), its
+    on fewer than `MIN_PROCESSES` processes (one whose interval does, over enough processes,
+    is recommendable or, with its estimate short of `POINT_GAIN`, closed for good), its
     optimistic end promises more than
     `NOT_WORTH` and `MIN_GAIN`, no run broke the numerics guard, it has fewer than `cap`
     confirmation processes and it is not given up (`cannot_confirm_by` the cap). The open

@@ -53,7 +53,8 @@ class PgleVerdict:
 
     @property
     def keep(self) -> bool:
-        """Keep the profile: confirmed faster and every run passed the numerics guard."""
+        """Keep the profile: confirmed faster by the rule of every recommendation
+        (`confirmation.worth_applying`) and every run passed the numerics guard."""
         return self.confirmation.recommendable
 
 

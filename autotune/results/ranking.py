@@ -267,11 +267,11 @@ def recommend(runs: list[RunRecord], objectives: Sequence[str] = ("time",),
               ) -> Recommendation:
     """The configuration to apply, or XLA's defaults when none is proven better.
 
-    Time objective: the first of `confirmed_order` when its confirmed speedup
-    interval lies wholly above 1.0 and no confirmation run broke the numerics
-    guard. Memory alone: the lowest-memory configuration when its measured
-    peak is below the baseline's (the search run passed the numerics guard or
-    it would not be ranked) and no confirmation run broke the guard.
+    Time objective: the first of `confirmed_order` when it is `recommendable` (its
+    confirmed interval and estimate clear `confirmation.MIN_GAIN` and `POINT_GAIN`) and
+    no confirmation run broke the numerics guard. Memory alone: the lowest-memory
+    configuration when its measured peak is below the baseline's (the search run passed
+    the numerics guard or it would not be ranked) and no confirmation run broke the guard.
 
     `order` is `ordered(runs, objectives, memory_budget)` when the caller has
     it already (it is computed once per reading of a study, not once per figure).

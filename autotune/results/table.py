@@ -280,8 +280,9 @@ def best_row_json(row: BestRow) -> dict[str, Any]:
     Keys: `rank` (None for the baseline), `trial`, `flags_changed`,
     `median_step_s`, `search_speedup` (the search's own figure),
     `confirmed_speedup` and `confirmed_interval` (None when not re-measured),
-    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, `less than 1.0%
-    faster` for a gain below `confirmation.MIN_GAIN`, or None when not confirmed),
+    `verdict` (`faster`, `slower`, `no measurable gain`, `failed`, `less than 2.0%
+    faster` for a gain below `confirmation.MIN_GAIN`, `estimated less than 3.0% faster`
+    for an estimate short of `confirmation.POINT_GAIN`, or None when not confirmed),
     `confirmation_text` (the confirmation in words with its figure, as `best`'s table
     shows it: `ranking.verdict_text`), `recommended` (the one configuration autotune
     recommends over XLA's defaults),

@@ -74,13 +74,14 @@ def confirm(ctx: StudyContext, top: int, repeats: int,
 def sequential(ctx: StudyContext, targets: list[RunRecord], cap: int,
                on_run: Callable[[ConfirmEvent], None] | None, done: int, repeats: int,
                steps: int | None = None) -> None:
-    """Sequential confirmation: measure the leader once more at a time until its interval
-    excludes 1.0 (it is recommended), shows no gain worth more (the next leader's turn),
+    """Sequential confirmation: measure the leader once more at a time until it is
+    recommendable (`worth_applying`: its interval below 1 - `MIN_GAIN`, its estimate below
+    1 - `POINT_GAIN`), is closed unrecommended, shows no gain worth more (the next leader's turn),
     or it has `cap` processes (it is not recommended; `best` shows its interval). Which
     target is next, and when it ends: `autotune.results.confirmation.sequential_next`;
     once every target is closed with none recommendable, the next configuration in the
-    confirmation order is taken on, up to `autotune.results.ranking.CONFIRM_MORE` (0 as
-    shipped: none), counted in this process and appended to `targets`; it is measured
+    confirmation order is taken on, up to `autotune.results.ranking.CONFIRM_MORE` (6 as
+    shipped), counted in this process and appended to `targets`; it is measured
     `repeats` times (the rounds' count) before it is judged.
     Each run is a claim `confirm:TRIAL:ROUND` like the rounds before it."""
     admitted = 0

@@ -126,13 +126,15 @@ class StudyOptions(Options):
     allow_backend_mismatch: bool = Field(False, description=(
         "Run a space meant for another backend than JAX reports here."))
     confirm: int = Field(3, ge=0, description=(
-        "Re-measure the best K configurations after the search (0: skip)."))
+        "Re-measure the best K configurations after the search, and up to six more once "
+        "those are closed with none recommended (0: skip)."))
     confirm_repeats: int = Field(2, ge=2, description=(
         "Fresh processes per confirmed configuration, before sequential confirmation "
         "(shrinking and PGLE take at least 4)."))
     confirm_max: int = Field(CONFIRM_MAX, ge=0, description=(
-        "Then measure the leader once more at a time until its interval excludes 1.0, "
-        "shows no gain, or it has this many processes (0: no sequential confirmation; "
+        "Then measure the leader once more at a time until its interval lies below 0.98 "
+        "(recommended if its estimate shows 3%), shows no gain, or it has this many "
+        "processes (0: no sequential confirmation; "
         f"nothing is recommended on fewer than {MIN_PROCESSES} processes)."))
     confirm_steps: int | None = Field(None, ge=3, description=(
         "Timed steps per confirmation process (default: --steps). A paired ratio's noise "

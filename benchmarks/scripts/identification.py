@@ -1,27 +1,34 @@
-"""How hard a recorded table makes it to identify a right program, whatever the search.
+"""How hard a recorded table makes it to identify a right program: a reference point.
 
     python benchmarks/scripts/identification.py                   # every table with a gain
     python benchmarks/scripts/identification.py benchmarks/tables/lj-md-small.json.gz --json
 
-A bound on best-program identification that assumes a search far luckier than any
-real one: it knows every program the table's configurations compile to (compiles
-are free and nothing is missed) and times each of them `n` times (`--draws`, each a
-recorded process of the program drawn without replacement, as the replay serves
-them). It then ranks the programs by their pooled estimate (the median of the
-processes' log ratios, as `autotune.results.evidence` pools them) and counts the
-share of `--seeds` draws in which a right program (`outcome.right_ratio`: within
-2% of the optimum by the table's truth) is among the first `k` (`--top`), the
-programs a confirmation phase would go on to measure. That costs `n` times the
-table's program count in timed processes, before any confirmation: where even
+A reference point for best-program identification, a search far luckier than a
+real one in what it sees, though not in how it spends: it knows every program the
+table's configurations compile to (compiles are free and nothing is missed) and
+times each of them `n` times (`--draws`, each a recorded process of the program
+drawn without replacement, as the replay serves them; all of them where the table
+holds fewer), the same `n` for every program. An adaptive allocation, or a rule
+that uses what the flags share, may do better with as many processes. It then
+ranks the programs by their pooled estimate (the median of the processes' log
+ratios, as `autotune.results.evidence` pools them) and counts the share of
+`--seeds` draws in which a right program (`outcome.right_ratio`: within 2% of
+the optimum by the table's truth) is among the first `k` (`--top`), the
+programs a confirmation phase would go on to measure. That costs up to `n` times
+the table's program count in timed processes, before any confirmation: where even
 that leaves a right program out of the first few on many draws, a study of 40
-timed processes, which times a fraction of the programs once, cannot be right
-on most seeds without a rule that knows more than the processes say.
+timed processes, which times a fraction of the programs once, leaves it to its
+confirmation to find the program.
 
 The noise column is the pooled within-program standard deviation of one
 process's log ratio over the programs with at least two processes.
 
+`--seeds` is how many times the whole table is drawn (one generator, seeded 0).
+
 JSON: `{draws: [...], top: [...], seeds, tables: [{table, programs, right, noise,
-defaults, optimum, shares: {"N": {"K": share}}, processes: {"N": N x programs}}]}`.
+defaults, optimum, shares: {"N": {"K": share}}, processes: {"N": N x programs}}]}`
+(`processes` counts N for every program, where a program with fewer recorded
+processes than N is timed in all it has).
 """
 
 from __future__ import annotations
