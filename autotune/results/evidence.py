@@ -304,15 +304,23 @@ def challenged(programs: Sequence[ProgramEvidence]) -> ProgramEvidence | None:
 def process_noise(programs: Sequence[ProgramEvidence]) -> float:
     """The pooled within-program standard deviation of one process's log ratio, over the
     programs timed at least twice; `RACE_PRIOR_NOISE` without two degrees of freedom."""
+    found = within_noise(p.ratios for p in programs)
+    return RACE_PRIOR_NOISE if found is None else found
+
+
+def within_noise(groups: Iterable[Sequence[float]]) -> float | None:
+    """The pooled within-group standard deviation of the log of each group's ratios (a
+    group: one program's processes), over the groups of at least two; None without two
+    degrees of freedom."""
     squares, freedom = 0.0, 0
-    for p in programs:
-        logs = [math.log(r) for r in p.ratios]
+    for ratios in groups:
+        logs = [math.log(r) for r in ratios]
         if len(logs) < 2:
             continue
         mean = sum(logs) / len(logs)
         squares += sum((x - mean) ** 2 for x in logs)
         freedom += len(logs) - 1
-    return math.sqrt(squares / freedom) if freedom >= 2 else RACE_PRIOR_NOISE
+    return math.sqrt(squares / freedom) if freedom >= 2 else None
 
 
 def _raced(programs: Sequence[ProgramEvidence]) -> int:

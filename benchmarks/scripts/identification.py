@@ -65,15 +65,10 @@ def program_ratios(table) -> dict[str, tuple[float, list[float]]]:
 
 def noise(programs: dict[str, tuple[float, list[float]]]) -> float | None:
     """The pooled within-program standard deviation of one process's log ratio (None
-    without two degrees of freedom)."""
-    squares, freedom = 0.0, 0
-    for _, ratios in programs.values():
-        logs = [math.log(r) for r in ratios]
-        if len(logs) >= 2:
-            mean = sum(logs) / len(logs)
-            squares += sum((x - mean) ** 2 for x in logs)
-            freedom += len(logs) - 1
-    return math.sqrt(squares / freedom) if freedom >= 2 else None
+    without two degrees of freedom): `autotune.results.evidence.within_noise`."""
+    from autotune.results.evidence import within_noise
+
+    return within_noise(ratios for _, ratios in programs.values())
 
 
 def shares(programs: dict[str, tuple[float, list[float]]], optimum: float, draws: int,
