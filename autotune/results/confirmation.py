@@ -68,7 +68,7 @@ def worth_applying(estimate: RatioEstimate | None) -> bool:
     """The time ratio's whole interval lies below 1.0 and below 1 - `MIN_GAIN`, and its
     estimate below 1 - `POINT_GAIN`: the rule for every configuration autotune recommends
     (a confirmed one, and the smaller set that shrinking checks on its own)."""
-    return (estimate is not None and not estimate.includes_one and estimate.ratio < 1
+    return (estimate is not None and not estimate.includes_one
             and estimate.high < 1 - MIN_GAIN and estimate.ratio < 1 - POINT_GAIN)
 
 
