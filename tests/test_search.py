@@ -622,12 +622,15 @@ def test_the_search_benchmark_prints_its_table_and_json():
     assert [(e["sampler"], e["rule"]) for e in entries] == [
         ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
     for entry in entries:
-        beside_random = {"matching"} if entry["sampler"] != "random" else set()
+        beside_random = {"matching", "random_matching"} if entry["sampler"] != "random" \
+            else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
                               "captured_gain", "slower", "right", "kept", "sound", "timed",
                               "of_oracle", "served", "reused", "exhausted"} | beside_random
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
             assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
+            back = entry["random_matching"]  # random keeps them on every seed by 20 too
+            assert back["method_at"] == 20 and back["at"] in (10, 20) and back["last"] == 20
         assert set(entry["within"]) == {"1%", "2%", "5%"}
         assert set(entry["within"]["2%"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())

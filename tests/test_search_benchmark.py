@@ -652,3 +652,37 @@ def test_the_cost_to_match_random_is_the_first_checkpoint_as_good_as_it():
     flat_rand = figures([None] * 3, [1.0, 1.0, 0.95], [5.0, 9.0, 16.0])
     flat = figures([None] * 3, [0.9, 1.0, 1.0], [4.0, 8.0, 15.0])
     assert outcome.cost_to_match(flat, flat_rand, "40")["at"] == 20  # right alone
+
+
+def test_random_searchs_cost_to_match_a_method_reads_its_checkpoints_past_the_last():
+    """`random_matching`: random search's first checkpoint (it may run past the method's
+    last, `--random-to`) as good as the method at its last, and the method's device-seconds
+    over random's there; where none is, a bound from random's last checkpoint."""
+    outcome = script("outcome")
+    marks = ("10", "20", "40", "80", "160")
+
+    def figures(gains, rights, seconds):
+        def by_mark(values):
+            return dict(zip(marks[:len(values)], values, strict=True))
+        return {"captured_gain": {b: {"median": g, "p10": 0.0} for b, g in by_mark(gains).items()},
+                "right": by_mark(rights), "device_seconds": by_mark(seconds)}
+
+    study = figures([0.5, 1.0, 1.0], [0.5, 0.9, 0.95], [4.0, 8.0, 15.0])
+    rand = figures([0.2, 0.6, 0.9, 1.0, 1.0], [0.3, 0.6, 0.8, 0.9, 0.95],
+                   [5.0, 9.0, 16.0, 24.0, 40.0])
+    assert outcome.cost_for_random(study, rand, "40") == {
+        "at": 160, "device_seconds": 40.0, "method_at": 40, "method_device_seconds": 15.0,
+        "last": 160, "ratio": 0.375, "below": None}
+    short = figures([0.2, 0.6, 0.9, 1.0, 1.0], [0.3, 0.6, 0.8, 0.9, 0.9],
+                    [5.0, 9.0, 16.0, 24.0, 30.0])
+    assert outcome.cost_for_random(study, short, "40") == {
+        "at": None, "device_seconds": None, "method_at": 40, "method_device_seconds": 15.0,
+        "last": 160, "ratio": None, "below": 0.5}
+
+
+def test_random_search_runs_on_past_the_last_checkpoint_by_doubling():
+    """`--random-to N`: random search's extra checkpoints double from `--trials` up to N."""
+    efficiency = script("search_efficiency")
+    assert efficiency.beyond(40, 160) == [80, 160]
+    assert efficiency.beyond(40, 100) == [80]
+    assert efficiency.beyond(40, 79) == [] and efficiency.beyond(40, None) == []

@@ -265,3 +265,23 @@ def cost_to_match(entry: dict[str, Any], reference: dict[str, Any], top: str
                     "ratio": round(spent / seconds, 3) if seconds else None}
     return {"at": None, "device_seconds": None, "reference_at": int(top),
             "reference_device_seconds": seconds, "ratio": None}
+
+
+def cost_for_random(entry: dict[str, Any], rand: dict[str, Any], top: str
+                    ) -> dict[str, Any]:
+    """The same comparison from the other side: what `rand` (random search's figures by
+    checkpoint, which may reach past `top`) spends to do as well as `entry` does at
+    checkpoint `top` (`cost_to_match` with the roles swapped). `ratio` is still the
+    method's device-seconds over random's, now at random's matching checkpoint `at`. Where
+    random matches at none, `at` and `ratio` are None and `below` is the method's over
+    random's at its last checkpoint `last`: random spent that much there and had not yet
+    done as well."""
+    found = cost_to_match(rand, entry, top)
+    mine = found["reference_device_seconds"]
+    last = max(rand["device_seconds"], key=int)
+    spent = found["device_seconds"] if found["at"] is not None else None
+    theirs = rand["device_seconds"][last]
+    return {"at": found["at"], "device_seconds": spent, "method_at": int(top),
+            "method_device_seconds": mine, "last": int(last),
+            "ratio": round(mine / spent, 3) if spent else None,
+            "below": None if spent is not None or not theirs else round(mine / theirs, 3)}

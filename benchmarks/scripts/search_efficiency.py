@@ -38,7 +38,11 @@ checkpoint (`outcome.py` defines each figure):
 - `matching` (beside random search): the first checkpoint at which a method's
   median captured gain and share right reach random search's at the last
   checkpoint, and its device-seconds as a ratio of random's there (issue 30's
-  goal: at most half, at equal captured gain);
+  goal: at most half, at equal captured gain); and `random_matching`, the same
+  from the other side: the first checkpoint at which random search's figures
+  reach the method's at the last checkpoint (`--random-to N` runs random search
+  on at 80, 160, ... up to N timed processes, so that it can), and the method's
+  device-seconds as a ratio of random's there;
 - `of_oracle`: the captured gain and the share right as fractions of the
   `oracle`'s, which knows the best program and spends B plus the
   confirmation's budget (16 processes) measuring it against the defaults.
@@ -169,8 +173,18 @@ def _per_seed(traces: list[Trace], best: float, figure: tuple[str, float],
     return [t.at(int(value)) / best for t in traces]
 
 
+def beyond(trials: int, random_to: int | None) -> list[int]:
+    """The checkpoints random search reaches past `trials` under `--random-to`: doubling
+    from `trials`, up to `random_to` (none where it is not above `trials`)."""
+    found: list[int] = []
+    while random_to is not None and (found[-1] if found else trials) * 2 <= random_to:
+        found.append((found[-1] if found else trials) * 2)
+    return found
+
+
 def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
-           runner: Runner, rules: Sequence[str] = RULES, quiet: bool = False) -> dict[str, Any]:
+           runner: Runner, rules: Sequence[str] = RULES, quiet: bool = False,
+           random_to: int | None = None) -> dict[str, Any]:
     """One table: its flatness and structure and, per sampler and rule, at each checkpoint
     B (`checkpoints`) the figures of studies planned with `--trials B` as a user would and
     confirmed as `autotune study` does (`figures_at`), beside the oracle's. Printed unless
@@ -179,7 +193,10 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
     became), `within`, `device_seconds`, `captured_gain`, `slower`, `right`, `timed` and
     `of_oracle`, each keyed by checkpoint, and `matching`: the cost of doing as well as
-    random search at the last checkpoint, `outcome.cost_to_match`, where random was run)."""
+    random search at the last checkpoint, `outcome.cost_to_match`, and `random_matching`:
+    random search's cost of doing as well as it, `outcome.cost_for_random`, where random
+    was run). Random search's figures also reach the checkpoints `beyond` the last, up
+    to `random_to`."""
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = loaded(str(path))
     defaults, best = outcome.truths(table)
@@ -205,8 +222,9 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     done: dict[tuple[str, str, int], list[Answer]] = {}
     for rule in rules:
         for sampler in samplers:
-            entry = _entry(path, sampler, rule, seeds, marks, runner, done, (best, defaults, worth),
-                           space)
+            more = beyond(trials, random_to) if sampler == "random" else []
+            entry = _entry(path, sampler, rule, seeds, marks + more, runner, done,
+                           (best, defaults, worth), space)
             for b in marks:
                 entry["of_oracle"][str(b)] = outcome.of_oracle(
                     {k: entry[k][str(b)] for k in ("captured_gain", "right")}, limit[str(b)])
@@ -214,8 +232,18 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
             say(f"{sampler:8} {rule:7} " + " ".join(
                 _cell({k: entry[k][str(b)] for k in ("captured_gain", "right")},
                       entry["within"]["2%"][str(b)]) for b in marks), flush=True)
+            if more:
+                say(f"{'':8} {'':7} and on: " + ", ".join(_beyond_cell(entry, b) for b in more),
+                    flush=True)
     _match_random(out, str(marks[-1]), say)
     return out
+
+
+def _beyond_cell(entry: dict[str, Any], b: int) -> str:
+    """Random search's figures at a checkpoint past the table's last, with its device-seconds."""
+    cell = _cell({k: entry[k][str(b)] for k in ("captured_gain", "right")},
+                 entry["within"]["2%"][str(b)]).strip()
+    return f"@{b} {cell} {entry['device_seconds'][str(b)]} device-s"
 
 
 def _match_random(out: dict[str, Any], top: str, say) -> None:
@@ -231,6 +259,15 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
                  f"at {match['at']} timed processes: {match['device_seconds']} device-s, "
                  f"x{match['ratio']} of random's {match['reference_device_seconds']}")
         say(f"matching: {entry['sampler']} ({entry['rule']}) does as well as random search "
+            f"does at {top}: {where}")
+        entry["random_matching"] = back = outcome.cost_for_random(entry, reference, top)
+        where = (f"at {back['at']} timed processes: {back['device_seconds']} device-s; "
+                 f"{entry['sampler']}'s {back['method_device_seconds']} at {top} is "
+                 f"x{back['ratio']} of it" if back["at"] is not None else
+                 f"at no checkpoint up to {back['last']}; {entry['sampler']}'s "
+                 f"{back['method_device_seconds']} device-s at {top} is x{back['below']} of "
+                 f"what random spent by {back['last']}")
+        say(f"matching: random search does as well as {entry['sampler']} ({entry['rule']}) "
             f"does at {top}: {where}")
 
 
@@ -400,6 +437,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document only")
     parser.add_argument("--trials", type=int, default=max(CHECKPOINTS),
                         help="timed processes per study (default 80)")
+    parser.add_argument("--random-to", type=int, default=None,
+                        help="run random search on past --trials, doubling, up to this many "
+                             "timed processes, for `random_matching` (default: --trials)")
     parser.add_argument("--confirm-max", type=int, default=CONFIRM_MAX,
                         help=f"sequential confirmation's cap (default {CONFIRM_MAX}, as "
                              "autotune study; 0: the fixed rounds only)")
@@ -439,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             choose_startup(args.tables, candidates, args.choose_seeds, args.trials, runner)
         for path in args.tables:
             tables.append(report(path, [s for s in args.samplers.split(",") if s],
-                                 args.report_seeds, args.trials, runner, rules, args.json))
+                                 args.report_seeds, args.trials, runner, rules, args.json,
+                                 args.random_to))
     finally:
         runner.close()
     if args.json:
