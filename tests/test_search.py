@@ -597,7 +597,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
     import sys
 
     args = [sys.executable, "benchmarks/scripts/search_efficiency.py", str(MLP), "--seeds", "2",
-            "--trials", "20", "--samplers", "random,auto", "--jobs", "2"]
+            "--trials", "20", "--samplers", "random,auto", "--jobs", "2", "--random-to", "40"]
     # the table at a short cap (quicker); the JSON below at the default cap, which it names
     result = subprocess.run(args + ["--confirm-max", "4"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
@@ -611,10 +611,14 @@ def test_the_search_benchmark_prints_its_table_and_json():
     assert all(len(r) == 8 for r in rows)  # within 2%, gain, right at 10 and at 20
     oracle = next(line.split() for line in lines if line.startswith("oracle"))
     assert len(oracle) == 5  # gain and right at 10 and at 20
+    # random search runs on to 40 (--random-to), on its own line under each of its rows
+    assert sum("and on: @40 " in line and "device-s" in line for line in lines) == 2
+    assert sum("matching: random search does as well as auto" in line for line in lines) == 2
     result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     doc = json.loads(result.stdout)
     assert doc["checkpoints"] == [10, 20] and doc["confirm"] == [3, 2, 48]
+    assert doc["random_checkpoints"] == [40]
     assert doc["fresh"] is False
     [table] = doc["tables"]
     assert set(table["oracle"]) == {"10", "20"}
@@ -630,9 +634,11 @@ def test_the_search_benchmark_prints_its_table_and_json():
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
             assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
             back = entry["random_matching"]  # random keeps them on every seed by 20 too
-            assert back["method_at"] == 20 and back["at"] in (10, 20) and back["last"] == 20
+            assert back["method_at"] == 20 and back["at"] in (10, 20) and back["last"] == 40
+        marks = {"10", "20"} | ({"40"} if entry["sampler"] == "random" else set())
         assert set(entry["within"]) == {"1%", "2%", "5%"}
-        assert set(entry["within"]["2%"]) == {"10", "20"}
+        assert set(entry["within"]["2%"]) == set(entry["device_seconds"]) == marks
+        assert set(entry["of_oracle"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
         assert all(entry["device_seconds"][k] > 0 for k in ("10", "20"))  # confirmation too
         assert all(entry["timed"][k] <= int(k) for k in ("10", "20"))

@@ -672,12 +672,12 @@ def test_random_searchs_cost_to_match_a_method_reads_its_checkpoints_past_the_la
                    [5.0, 9.0, 16.0, 24.0, 40.0])
     assert outcome.cost_for_random(study, rand, "40") == {
         "at": 160, "device_seconds": 40.0, "method_at": 40, "method_device_seconds": 15.0,
-        "last": 160, "ratio": 0.375, "below": None}
+        "last": 160, "ratio": 0.375, "at_most": None}
     short = figures([0.2, 0.6, 0.9, 1.0, 1.0], [0.3, 0.6, 0.8, 0.9, 0.9],
                     [5.0, 9.0, 16.0, 24.0, 30.0])
     assert outcome.cost_for_random(study, short, "40") == {
         "at": None, "device_seconds": None, "method_at": 40, "method_device_seconds": 15.0,
-        "last": 160, "ratio": None, "below": 0.5}
+        "last": 160, "ratio": None, "at_most": 0.5}
 
 
 def test_random_search_runs_on_past_the_last_checkpoint_by_doubling():

@@ -273,9 +273,10 @@ def cost_for_random(entry: dict[str, Any], rand: dict[str, Any], top: str
     checkpoint, which may reach past `top`) spends to do as well as `entry` does at
     checkpoint `top` (`cost_to_match` with the roles swapped). `ratio` is still the
     method's device-seconds over random's, now at random's matching checkpoint `at`. Where
-    random matches at none, `at` and `ratio` are None and `below` is the method's over
+    random matches at none, `at` and `ratio` are None and `at_most` is the method's over
     random's at its last checkpoint `last`: random spent that much there and had not yet
-    done as well."""
+    done as well, so the ratio at equal answers is at most that (if random ever gets
+    there). A matching checkpoint of no device-seconds gives `ratio` None."""
     found = cost_to_match(rand, entry, top)
     mine = found["reference_device_seconds"]
     last = max(rand["device_seconds"], key=int)
@@ -284,4 +285,4 @@ def cost_for_random(entry: dict[str, Any], rand: dict[str, Any], top: str
     return {"at": found["at"], "device_seconds": spent, "method_at": int(top),
             "method_device_seconds": mine, "last": int(last),
             "ratio": round(mine / spent, 3) if spent else None,
-            "below": None if spent is not None or not theirs else round(mine / theirs, 3)}
+            "at_most": None if spent is not None or not theirs else round(mine / theirs, 3)}

@@ -41,8 +41,9 @@ checkpoint (`outcome.py` defines each figure):
   goal: at most half, at equal captured gain); and `random_matching`, the same
   from the other side: the first checkpoint at which random search's figures
   reach the method's at the last checkpoint (`--random-to N` runs random search
-  on at 80, 160, ... up to N timed processes, so that it can), and the method's
-  device-seconds as a ratio of random's there;
+  on past `--trials`, doubling it while that stays within N: with `--trials 40
+  --random-to 160`, at 80 and 160), and the method's device-seconds as a ratio
+  of random's there;
 - `of_oracle`: the captured gain and the share right as fractions of the
   `oracle`'s, which knows the best program and spends B plus the
   confirmation's budget (16 processes) measuring it against the defaults.
@@ -175,10 +176,13 @@ def _per_seed(traces: list[Trace], best: float, figure: tuple[str, float],
 
 def beyond(trials: int, random_to: int | None) -> list[int]:
     """The checkpoints random search reaches past `trials` under `--random-to`: doubling
-    from `trials`, up to `random_to` (none where it is not above `trials`)."""
+    from `trials` while that stays within `random_to` (none where twice `trials` does
+    not, or `trials` is below 1)."""
     found: list[int] = []
-    while random_to is not None and (found[-1] if found else trials) * 2 <= random_to:
-        found.append((found[-1] if found else trials) * 2)
+    step = trials
+    while random_to is not None and 1 <= step and step * 2 <= random_to:
+        step *= 2
+        found.append(step)
     return found
 
 
@@ -196,7 +200,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     random search at the last checkpoint, `outcome.cost_to_match`, and `random_matching`:
     random search's cost of doing as well as it, `outcome.cost_for_random`, where random
     was run). Random search's figures also reach the checkpoints `beyond` the last, up
-    to `random_to`."""
+    to `random_to`; its `of_oracle`, and the table's `oracle`, stop at the last."""
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = loaded(str(path))
     defaults, best = outcome.truths(table)
@@ -248,7 +252,9 @@ def _beyond_cell(entry: dict[str, Any], b: int) -> str:
 
 def _match_random(out: dict[str, Any], top: str, say) -> None:
     """Each method's cost to do as well as random search (same rule) does at the last
-    checkpoint (`outcome.cost_to_match`), as `matching` in each result entry."""
+    checkpoint (`outcome.cost_to_match`), as `matching` in each result entry, and random
+    search's cost to do as well as it does there (`outcome.cost_for_random`, reading
+    random's checkpoints past the last), as `random_matching`."""
     for entry in out["results"]:
         reference = next((r for r in out["results"] if r["sampler"] == "random"
                           and r["rule"] == entry["rule"]), None)
@@ -265,8 +271,8 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
                  f"{entry['sampler']}'s {back['method_device_seconds']} at {top} is "
                  f"x{back['ratio']} of it" if back["at"] is not None else
                  f"at no checkpoint up to {back['last']}; {entry['sampler']}'s "
-                 f"{back['method_device_seconds']} device-s at {top} is x{back['below']} of "
-                 f"what random spent by {back['last']}")
+                 f"{back['method_device_seconds']} device-s at {top} is at most "
+                 f"x{back['at_most']} of what random spent by {back['last']}")
         say(f"matching: random search does as well as {entry['sampler']} ({entry['rule']}) "
             f"does at {top}: {where}")
 
@@ -438,8 +444,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=max(CHECKPOINTS),
                         help="timed processes per study (default 80)")
     parser.add_argument("--random-to", type=int, default=None,
-                        help="run random search on past --trials, doubling, up to this many "
-                             "timed processes, for `random_matching` (default: --trials)")
+                        help="run random search on past --trials, doubling it while that "
+                             "stays within this many timed processes, for random_matching "
+                             "(default: no checkpoint past --trials)")
     parser.add_argument("--confirm-max", type=int, default=CONFIRM_MAX,
                         help=f"sequential confirmation's cap (default {CONFIRM_MAX}, as "
                              "autotune study; 0: the fixed rounds only)")
@@ -449,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="never serve a recorded process twice: a study that asks for "
                              "more than the table holds stops there (a pessimistic bound)")
     args = parser.parse_args(argv)
+    if args.trials < 1:
+        parser.error(f"--trials {args.trials}: a study times at least 1 process")
     shared = sorted(set(args.choose_seeds) & set(args.report_seeds))
     if shared:
         parser.error(f"--report-seeds and --choose-seeds share {len(shared)} seeds "
@@ -487,6 +496,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps({"seeds": seeds_text(args.report_seeds), "timed_processes": args.trials,
                           "fresh": args.fresh,
                           "checkpoints": checkpoints(args.trials),
+                          "random_checkpoints": beyond(args.trials, args.random_to),
                           "confirm": [CONFIRM_TOP, CONFIRM_REPEATS, args.confirm_max],
                           "tables": tables}, indent=1))
     sys.stdout.flush()
