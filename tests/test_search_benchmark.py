@@ -686,3 +686,7 @@ def test_random_search_runs_on_past_the_last_checkpoint_by_doubling():
     assert efficiency.beyond(40, 160) == [80, 160]
     assert efficiency.beyond(40, 100) == [80]
     assert efficiency.beyond(40, 79) == [] and efficiency.beyond(40, None) == []
+    assert efficiency.beyond(0, 100) == []  # no endless doubling of nothing
+    with pytest.raises(SystemExit) as refused:  # before any table is read
+        efficiency.main(["--trials", "0"])
+    assert refused.value.code == 2
