@@ -626,21 +626,27 @@ def test_the_search_benchmark_prints_its_table_and_json():
     assert [(e["sampler"], e["rule"]) for e in entries] == [
         ("random", "study"), ("auto", "study"), ("random", "single"), ("auto", "single")]
     for entry in entries:
-        beside_random = {"matching", "random_matching"} if entry["sampler"] != "random" \
-            else set()
+        beside_random = {"matching", "random_matching", "confirmation_floor"} \
+            if entry["sampler"] != "random" else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
+                              "confirmation_seconds",
                               "captured_gain", "slower", "right", "kept", "sound", "timed",
                               "of_oracle", "served", "reused", "exhausted"} | beside_random
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
             assert entry["matching"]["at"] == 10 and entry["matching"]["reference_at"] == 20
             back = entry["random_matching"]  # random keeps them on every seed by 20 too
             assert back["method_at"] == 20 and back["at"] in (10, 20) and back["last"] == 40
+            floor = entry["confirmation_floor"]
+            assert floor["confirmation_seconds"] == entry["confirmation_seconds"]["20"]
+            assert 0 < floor["floor"] < 1
         marks = {"10", "20"} | ({"40"} if entry["sampler"] == "random" else set())
         assert set(entry["within"]) == {"1%", "2%", "5%"}
         assert set(entry["within"]["2%"]) == set(entry["device_seconds"]) == marks
         assert set(entry["of_oracle"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
         assert all(entry["device_seconds"][k] > 0 for k in ("10", "20"))  # confirmation too
+        assert all(0 < entry["confirmation_seconds"][k] < entry["device_seconds"][k]
+                   for k in ("10", "20"))
         assert all(entry["timed"][k] <= int(k) for k in ("10", "20"))
         # mlp-dp's "optimum" 11% faster than the defaults was one lucky configuration:
         # pinned (its 11 leading programs 12 more processes each) the defaults' program is

@@ -187,6 +187,9 @@ def test_a_study_is_planned_with_the_users_budget_and_answers_after_confirmation
     searched_only = study.run_study(table, space, "random", 1000, 10, load_catalog())
     assert searched_only.recommended is None and searched_only.trace == answer.trace
     assert answer.device_seconds > searched_only.trace.device_seconds[-1]  # confirmation
+    # the search's own spend, its trailing compiles included, and nothing of confirmation's
+    assert searched_only.trace.device_seconds[-1] <= answer.search_seconds \
+        == searched_only.search_seconds < answer.device_seconds
     efficiency = script("search_efficiency")
     assert efficiency.checkpoints(80) == [10, 20, 40, 80]
     assert efficiency.checkpoints(25) == [10, 20, 25]
@@ -678,6 +681,19 @@ def test_random_searchs_cost_to_match_a_method_reads_its_checkpoints_past_the_la
     assert outcome.cost_for_random(study, short, "40") == {
         "at": None, "device_seconds": None, "method_at": 40, "method_device_seconds": 15.0,
         "last": 160, "ratio": None, "at_most": 0.5}
+
+
+def test_confirmations_floor_is_its_own_spend_over_randoms_whole():
+    """`confirmation_floor`: the method's confirmation seconds at the checkpoint over
+    random search's whole device-seconds there, the least ratio `matching` could show."""
+    outcome = script("outcome")
+    study = {"confirmation_seconds": {"20": 3.0, "40": 6.0}}
+    rand = {"device_seconds": {"20": 10.0, "40": 16.0}}
+    assert outcome.confirmation_floor(study, rand, "40") == {
+        "at": 40, "confirmation_seconds": 6.0, "reference_device_seconds": 16.0,
+        "floor": 0.375}
+    assert outcome.confirmation_floor(study, {"device_seconds": {"40": 0.0}}, "40")[
+        "floor"] is None
 
 
 def test_random_search_runs_on_past_the_last_checkpoint_by_doubling():

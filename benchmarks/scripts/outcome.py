@@ -286,3 +286,16 @@ def cost_for_random(entry: dict[str, Any], rand: dict[str, Any], top: str
             "method_device_seconds": mine, "last": int(last),
             "ratio": round(mine / spent, 3) if spent else None,
             "at_most": None if spent is not None or not theirs else round(mine / theirs, 3)}
+
+
+def confirmation_floor(entry: dict[str, Any], reference: dict[str, Any], top: str
+                       ) -> dict[str, Any]:
+    """What `entry`'s confirmation alone spends at checkpoint `top` (its median
+    `confirmation_seconds`) as a ratio of `reference`'s whole device-seconds there: the
+    least `cost_to_match` ratio any search could reach that hands confirmation the same
+    leaders, since the method spends at least its confirmation. `floor` is None where the
+    reference spent nothing."""
+    mine = entry["confirmation_seconds"][top]
+    theirs = reference["device_seconds"][top]
+    return {"at": int(top), "confirmation_seconds": mine, "reference_device_seconds": theirs,
+            "floor": round(mine / theirs, 3) if theirs else None}

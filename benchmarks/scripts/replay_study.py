@@ -73,7 +73,9 @@ class Answer:
     `recommended`: the key (`config_key` of the effective flags) of the final
     recommendation, "" for XLA's defaults; `true_ratio`: its true ratio on the
     table; `device_seconds`: the whole study's, confirmation included (None
-    where it was not run); `timed`: processes the search timed (a user's
+    where it was not run); `search_seconds`: the search's alone (every compile and
+    process before confirmation), so that `device_seconds - search_seconds` is what
+    confirmation spent; `timed`: processes the search timed (a user's
     `--trials B` may time fewer than B: a trial whose program was timed
     already only compiles).
     """
@@ -82,6 +84,7 @@ class Answer:
     recommended: str | None = None
     true_ratio: float | None = None
     device_seconds: float = 0.0
+    search_seconds: float = 0.0
     timed: int = 0
     #: confirmation processes longer than the table's runs, by how the replay served them
     #: ("long": one recorded run of confirmation length, "joined": runs joined end to end),
@@ -193,7 +196,8 @@ def run_study(table, space, sampler: str, seed: int, timed: int, catalog, *,
         exhausted = True
     searched = sorted(store.runs(plan.name), key=lambda r: r.id)
     answer = Answer(_trace(table, searched, catalog, rule), timed=launcher.timed,
-                    exhausted=exhausted)
+                    exhausted=exhausted,
+                    search_seconds=sum(r.outcome.duration_s for r in searched))
     if confirm:
         launcher.goal = math.inf  # confirmation is not part of the search's budget
         try:

@@ -43,7 +43,10 @@ checkpoint (`outcome.py` defines each figure):
   reach the method's at the last checkpoint (`--random-to N` runs random search
   on past `--trials`, doubling it while that stays within N: with `--trials 40
   --random-to 160`, at 80 and 160), and the method's device-seconds as a ratio
-  of random's there;
+  of random's there; and `confirmation_floor`, what the method's confirmation alone
+  spends at the last checkpoint (`confirmation_seconds`, beside `device_seconds`) as a
+  ratio of random search's device-seconds there: no search handing confirmation the
+  same leaders could bring `matching`'s ratio under it;
 - `of_oracle`: the captured gain and the share right as fractions of the
   `oracle`'s, which knows the best program and spends B plus the
   confirmation's budget (16 processes) measuring it against the defaults.
@@ -130,7 +133,8 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
     incumbent after `budget` timed processes is truly within 1/2/5% of the best), then
     what the user got after confirmation (`outcome.summary`: captured gain, slower,
     right, device-seconds with confirmation; `worth`: `outcome.worth_having` of the
-    table, None to judge by `best` and `defaults`), the median processes the search timed, and
+    table, None to judge by `best` and `defaults`), `confirmation_seconds`: the median
+    over seeds of what confirmation alone spent, the median processes the search timed, and
     `served`: the confirmation processes longer than the table's runs, over every seed, by
     how the replay served them ("long": one recorded run of that length; "joined": runs
     joined end to end, kinder than a real long process: `TableLauncher._long`) and the
@@ -146,6 +150,8 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
     served = {kind: sum(a.served.get(kind, 0) for a in answers)
               for kind in ("long", "joined", "reused")}
     return {"within": within, **found,
+            "confirmation_seconds": round(statistics.median(
+                a.device_seconds - a.search_seconds for a in answers), 2),
             "timed": statistics.median(a.timed for a in answers), "served": served,
             "reused": sum(a.reused for a in answers) / len(answers),
             "exhausted": sum(a.exhausted for a in answers) / len(answers)}
@@ -195,12 +201,14 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     `quiet`; returned as a JSON-ready mapping (keys `table`, `best`, `defaults`,
     `structure`, `oracle`: checkpoint -> the oracle's figures, `results`: one entry per
     sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
-    became), `within`, `device_seconds`, `captured_gain`, `slower`, `right`, `timed` and
-    `of_oracle`, each keyed by checkpoint, and `matching`: the cost of doing as well as
-    random search at the last checkpoint, `outcome.cost_to_match`, and `random_matching`:
-    random search's cost of doing as well as it, `outcome.cost_for_random`, where random
-    was run). Random search's figures also reach the checkpoints `beyond` the last, up
-    to `random_to`; its `of_oracle`, and the table's `oracle`, stop at the last."""
+    became), `within`, `device_seconds`, `confirmation_seconds`, `captured_gain`,
+    `slower`, `right`, `timed` and `of_oracle`, each keyed by checkpoint, and
+    `matching`: the cost of doing as well as random search at the last checkpoint,
+    `outcome.cost_to_match`, `random_matching`: random search's cost of doing as well
+    as it, `outcome.cost_for_random`, and `confirmation_floor`,
+    `outcome.confirmation_floor`, where random was run). Random search's figures also
+    reach the checkpoints `beyond` the last, up to `random_to`; its `of_oracle`, and the
+    table's `oracle`, stop at the last."""
     say = (lambda *a, **k: None) if quiet else print
     table, space, _ = loaded(str(path))
     defaults, best = outcome.truths(table)
@@ -275,6 +283,11 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
                  f"x{back['at_most']} of what random spent by {back['last']}")
         say(f"matching: random search does as well as {entry['sampler']} ({entry['rule']}) "
             f"does at {top}: {where}")
+        entry["confirmation_floor"] = floor = outcome.confirmation_floor(entry, reference, top)
+        say(f"floor: {entry['sampler']}'s confirmation alone spends "
+            f"{floor['confirmation_seconds']} device-s at {top}, x{floor['floor']} of random's "
+            f"{floor['reference_device_seconds']}: no search with this confirmation spends "
+            "less")
 
 
 def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
