@@ -614,6 +614,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
     # random search runs on to 40 (--random-to), on its own line under each of its rows
     assert sum("and on: @40 " in line and "device-s" in line for line in lines) == 2
     assert sum("matching: random search does as well as auto" in line for line in lines) == 2
+    assert sum(line.startswith("floor: auto's confirmation alone spends") for line in lines) == 2
     result = subprocess.run(args + ["--json"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     doc = json.loads(result.stdout)
@@ -629,7 +630,7 @@ def test_the_search_benchmark_prints_its_table_and_json():
         beside_random = {"matching", "random_matching", "confirmation_floor"} \
             if entry["sampler"] != "random" else set()
         assert set(entry) == {"sampler", "rule", "resolved", "within", "device_seconds",
-                              "confirmation_seconds",
+                              "search_seconds", "confirmation_seconds",
                               "captured_gain", "slower", "right", "kept", "sound", "timed",
                               "of_oracle", "served", "reused", "exhausted"} | beside_random
         if beside_random:  # every seed keeps the (right) defaults, as random does: at 10
@@ -638,6 +639,9 @@ def test_the_search_benchmark_prints_its_table_and_json():
             assert back["method_at"] == 20 and back["at"] in (10, 20) and back["last"] == 40
             floor = entry["confirmation_floor"]
             assert floor["confirmation_seconds"] == entry["confirmation_seconds"]["20"]
+            rand = next(e for e in entries if e["sampler"] == "random"
+                        and e["rule"] == entry["rule"])
+            assert floor["reference_device_seconds"] == rand["device_seconds"]["20"]
             assert 0 < floor["floor"] < 1
         marks = {"10", "20"} | ({"40"} if entry["sampler"] == "random" else set())
         assert set(entry["within"]) == {"1%", "2%", "5%"}
@@ -645,8 +649,8 @@ def test_the_search_benchmark_prints_its_table_and_json():
         assert set(entry["of_oracle"]) == {"10", "20"}
         assert all(0 <= f <= 1 for f in entry["within"]["2%"].values())
         assert all(entry["device_seconds"][k] > 0 for k in ("10", "20"))  # confirmation too
-        assert all(0 < entry["confirmation_seconds"][k] < entry["device_seconds"][k]
-                   for k in ("10", "20"))
+        assert all(0 < entry[part][k] < entry["device_seconds"][k]
+                   for part in ("search_seconds", "confirmation_seconds") for k in ("10", "20"))
         assert all(entry["timed"][k] <= int(k) for k in ("10", "20"))
         # mlp-dp's "optimum" 11% faster than the defaults was one lucky configuration:
         # pinned (its 11 leading programs 12 more processes each) the defaults' program is

@@ -291,10 +291,12 @@ def cost_for_random(entry: dict[str, Any], rand: dict[str, Any], top: str
 def confirmation_floor(entry: dict[str, Any], reference: dict[str, Any], top: str
                        ) -> dict[str, Any]:
     """What `entry`'s confirmation alone spends at checkpoint `top` (its median
-    `confirmation_seconds`) as a ratio of `reference`'s whole device-seconds there: the
-    least `cost_to_match` ratio any search could reach that hands confirmation the same
-    leaders, since the method spends at least its confirmation. `floor` is None where the
-    reference spent nothing."""
+    `confirmation_seconds`) as a ratio of `reference`'s whole device-seconds there. On
+    every seed a study spends at least its confirmation, so the method's own ratio of
+    device-seconds at `top` is no lower, whatever its search spent there, as long as its
+    confirmation is handed the leaders it was (another search hands on others, whose
+    confirmation may cost otherwise). `floor` is None where the reference spent
+    nothing."""
     mine = entry["confirmation_seconds"][top]
     theirs = reference["device_seconds"][top]
     return {"at": int(top), "confirmation_seconds": mine, "reference_device_seconds": theirs,

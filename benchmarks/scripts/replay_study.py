@@ -72,8 +72,8 @@ class Answer:
 
     `recommended`: the key (`config_key` of the effective flags) of the final
     recommendation, "" for XLA's defaults; `true_ratio`: its true ratio on the
-    table; `device_seconds`: the whole study's, confirmation included (None
-    where it was not run); `search_seconds`: the search's alone (every compile and
+    table; `device_seconds`: the whole study's, confirmation included (0 where
+    confirmation was not run); `search_seconds`: the search's alone (every compile and
     process before confirmation), so that `device_seconds - search_seconds` is what
     confirmation spent; `timed`: processes the search timed (a user's
     `--trials B` may time fewer than B: a trial whose program was timed

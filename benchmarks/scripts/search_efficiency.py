@@ -34,7 +34,9 @@ checkpoint (`outcome.py` defines each figure):
   is at least 3% faster than the defaults, else `kept`: `outcome.py`);
 - `device_seconds`: the median over seeds of every compile and timed process
   the study spent, confirmation included (from the recorded times; warm-up
-  was not recorded); `timed`: the median processes the search timed;
+  was not recorded), and its parts, `search_seconds` and
+  `confirmation_seconds` (each its own median over seeds, so they need not
+  add up to it); `timed`: the median processes the search timed;
 - `matching` (beside random search): the first checkpoint at which a method's
   median captured gain and share right reach random search's at the last
   checkpoint, and its device-seconds as a ratio of random's there (issue 30's
@@ -44,9 +46,10 @@ checkpoint (`outcome.py` defines each figure):
   on past `--trials`, doubling it while that stays within N: with `--trials 40
   --random-to 160`, at 80 and 160), and the method's device-seconds as a ratio
   of random's there; and `confirmation_floor`, what the method's confirmation alone
-  spends at the last checkpoint (`confirmation_seconds`, beside `device_seconds`) as a
-  ratio of random search's device-seconds there: no search handing confirmation the
-  same leaders could bring `matching`'s ratio under it;
+  spends at the last checkpoint (`confirmation_seconds`) as a ratio of random
+  search's device-seconds there: the method's own ratio at that checkpoint cannot
+  be lower, whatever its search spent, while it hands confirmation the leaders it
+  does;
 - `of_oracle`: the captured gain and the share right as fractions of the
   `oracle`'s, which knows the best program and spends B plus the
   confirmation's budget (16 processes) measuring it against the defaults.
@@ -133,8 +136,9 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
     incumbent after `budget` timed processes is truly within 1/2/5% of the best), then
     what the user got after confirmation (`outcome.summary`: captured gain, slower,
     right, device-seconds with confirmation; `worth`: `outcome.worth_having` of the
-    table, None to judge by `best` and `defaults`), `confirmation_seconds`: the median
-    over seeds of what confirmation alone spent, the median processes the search timed, and
+    table, None to judge by `best` and `defaults`), `search_seconds` and
+    `confirmation_seconds`: the medians over seeds of what the search and confirmation
+    alone spent, `timed`: the median processes the search timed, and
     `served`: the confirmation processes longer than the table's runs, over every seed, by
     how the replay served them ("long": one recorded run of that length; "joined": runs
     joined end to end, kinder than a real long process: `TableLauncher._long`) and the
@@ -150,6 +154,7 @@ def figures_at(answers: list[Answer], budget: int, best: float, defaults: float,
     served = {kind: sum(a.served.get(kind, 0) for a in answers)
               for kind in ("long", "joined", "reused")}
     return {"within": within, **found,
+            "search_seconds": round(statistics.median(a.search_seconds for a in answers), 2),
             "confirmation_seconds": round(statistics.median(
                 a.device_seconds - a.search_seconds for a in answers), 2),
             "timed": statistics.median(a.timed for a in answers), "served": served,
@@ -201,7 +206,8 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     `quiet`; returned as a JSON-ready mapping (keys `table`, `best`, `defaults`,
     `structure`, `oracle`: checkpoint -> the oracle's figures, `results`: one entry per
     sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
-    became), `within`, `device_seconds`, `confirmation_seconds`, `captured_gain`,
+    became), `within`, `device_seconds`, `search_seconds`, `confirmation_seconds`,
+    `captured_gain`,
     `slower`, `right`, `timed` and `of_oracle`, each keyed by checkpoint, and
     `matching`: the cost of doing as well as random search at the last checkpoint,
     `outcome.cost_to_match`, `random_matching`: random search's cost of doing as well
@@ -286,8 +292,8 @@ def _match_random(out: dict[str, Any], top: str, say) -> None:
         entry["confirmation_floor"] = floor = outcome.confirmation_floor(entry, reference, top)
         say(f"floor: {entry['sampler']}'s confirmation alone spends "
             f"{floor['confirmation_seconds']} device-s at {top}, x{floor['floor']} of random's "
-            f"{floor['reference_device_seconds']}: no search with this confirmation spends "
-            "less")
+            f"{floor['reference_device_seconds']}: its own ratio at {top} is no lower, "
+            "whatever its search spends")
 
 
 def _entry(path: Path, sampler: str, rule: str, seeds: list[int], marks: list[int],
