@@ -685,7 +685,8 @@ def test_random_searchs_cost_to_match_a_method_reads_its_checkpoints_past_the_la
 
 def test_confirmations_floor_is_its_own_spend_over_randoms_whole():
     """`confirmation_floor`: the method's confirmation seconds at the checkpoint over
-    random search's whole device-seconds there, the least ratio `matching` could show."""
+    random search's whole device-seconds there, below which the method's own ratio of
+    device-seconds at that checkpoint cannot lie."""
     outcome = script("outcome")
     study = {"confirmation_seconds": {"20": 3.0, "40": 6.0}}
     rand = {"device_seconds": {"20": 10.0, "40": 16.0}}

@@ -207,8 +207,7 @@ def report(path: Path, samplers: list[str], seeds: list[int], trials: int,
     `structure`, `oracle`: checkpoint -> the oracle's figures, `results`: one entry per
     sampler and rule with `sampler`, `rule`, `resolved` (checkpoint -> the sampler `auto`
     became), `within`, `device_seconds`, `search_seconds`, `confirmation_seconds`,
-    `captured_gain`,
-    `slower`, `right`, `timed` and `of_oracle`, each keyed by checkpoint, and
+    `captured_gain`, `slower`, `right`, `timed` and `of_oracle`, each keyed by checkpoint, and
     `matching`: the cost of doing as well as random search at the last checkpoint,
     `outcome.cost_to_match`, `random_matching`: random search's cost of doing as well
     as it, `outcome.cost_for_random`, and `confirmation_floor`,
